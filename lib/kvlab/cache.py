@@ -1,0 +1,849 @@
+"""Prefix caches, modelled on two real engines, for teaching and for testing simulators.
+
+* :class:`BlockHashCache` follows vLLM's automatic prefix caching: KV lives in blocks of
+  ``block_size`` tokens (16 by default); every *full* block is named by a stable hash of its parent
+  block's key, its own token ids and "extra keys" (adapter/LoRA id, the hashes of images or audio
+  whose placeholder tokens fall in the block, and a per-tenant cache salt on the first block only).
+  Blocks used by a running request are pinned by a reference count; unused blocks stay cached in an
+  LRU free queue and are evicted from its front; a finished request's blocks join the back of the
+  queue deepest first, so a parent is never evicted before its children.
+* :class:`RadixTree` follows SGLang's RadixAttention: edges hold runs of tokens, lookups find the
+  longest matching prefix, inserts split edges, lock counts protect in-use paths and eviction
+  removes least-recently-used leaves. With ``page_size=16`` it works in whole blocks and gives the
+  same hit lengths as :class:`BlockHashCache` on the same requests (the tests check it).
+
+Both count capacity in stored KV: blocks for the block cache, tokens for the tree. A partial last
+block (fewer than ``block_size`` tokens) is never cached and, as a simplification, not counted.
+
+Hit rules shared by both (as in vLLM and SGLang): a hit is a run of leading prompt tokens, in whole
+blocks (pages), and never covers the last prompt token: at least one token is always computed,
+because the model needs its logits to produce the first output token.
+
+Everything is deterministic: keys are ``hashlib.blake2b`` digests of bytes, never Python's salted
+``hash()``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._validate import check_int
+
+__all__ = [
+    "BLOCK_SIZE",
+    "ROOT_KEY",
+    "MMInput",
+    "Request",
+    "BlockInfo",
+    "CacheEvent",
+    "CacheFullError",
+    "hash_block",
+    "extra_keys",
+    "block_keys",
+    "BlockHashCache",
+    "RadixTree",
+    "lpm_order",
+    "short",
+]
+
+#: Tokens per KV block (vLLM's default block size on GPUs).
+BLOCK_SIZE = 16
+#: The "parent key" of a prompt's first block.
+ROOT_KEY = "root"
+
+
+class CacheFullError(RuntimeError):
+    """The pinned (in-use) KV of running requests would not fit in the cache's capacity."""
+
+
+@dataclass(frozen=True)
+class MMInput:
+    """A multimodal input (image, audio) whose placeholder tokens occupy prompt positions
+    ``start`` (inclusive) to ``end`` (exclusive); ``digest`` identifies its content (for example a
+    hash of the image bytes)."""
+
+    start: int
+    end: int
+    digest: str
+
+    def __post_init__(self):
+        check_int("MMInput.start", self.start, lo=0)
+        check_int("MMInput.end", self.end, lo=self.start + 1)
+        if not isinstance(self.digest, str) or not self.digest:
+            raise ValueError(f"MMInput.digest must be a non-empty string, got {self.digest!r}")
+
+
+@dataclass
+class Request:
+    """A request as the caches see it: prompt token ids, the answer's token ids (cached at
+    :meth:`~BlockHashCache.finish`), and everything besides tokens that changes the KV."""
+
+    prompt_ids: Sequence[int]
+    output_ids: Sequence[int] = ()
+    adapter: str | int | None = None
+    mm_inputs: Sequence[MMInput] = ()
+    cache_salt: str | None = None
+    request_id: int | str | None = None
+
+
+@dataclass(frozen=True)
+class BlockInfo:
+    """One cached block: its key, its parent's key, its depth (0 = first block of a prompt), its
+    token ids and how many running requests pin it."""
+
+    key: str
+    parent: str
+    depth: int
+    tokens: tuple[int, ...]
+    ref_count: int
+
+
+@dataclass(frozen=True)
+class CacheEvent:
+    """A change in a cache: ``kind`` is "stored" or "removed" (NVIDIA Dynamo's KV-event names).
+    ``key`` names the block (block cache) or the edge (radix tree); ``depth`` is the block index
+    (block cache) or the token depth where the removed run ends (radix tree); ``tokens`` is how many
+    tokens of KV it holds."""
+
+    kind: str
+    key: str
+    depth: int
+    tokens: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Keys
+
+
+def short(key: str, n: int = 8) -> str:
+    """The first ``n`` hex digits of a key, for display."""
+    return key if key == ROOT_KEY else key[:n]
+
+
+def _as_tokens(name: str, tokens) -> np.ndarray:
+    arr = np.asarray(tokens)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sequence of token ids, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must hold integer token ids >= 0, got dtype {arr.dtype}")
+    if arr.min() < 0:
+        raise ValueError(f"{name} must hold integer token ids >= 0, got {int(arr.min())}")
+    return arr.astype(np.int64, copy=False)
+
+
+def _check_block_size(block_size) -> int:
+    return check_int("block_size", block_size, lo=1)
+
+
+def _check_mm(mm_inputs, n_tokens: int) -> tuple[MMInput, ...]:
+    out = []
+    for mm in mm_inputs:
+        if not isinstance(mm, MMInput):
+            raise ValueError(f"mm_inputs must hold MMInput objects, got {mm!r}")
+        if mm.end > n_tokens:
+            raise ValueError(
+                f"mm_inputs: MMInput.end must be <= the prompt length ({n_tokens}), got {mm.end}"
+            )
+        out.append(mm)
+    return tuple(out)
+
+
+def _check_extra(adapter, cache_salt):
+    if adapter is not None and (isinstance(adapter, bool) or not isinstance(adapter, str | int)):
+        raise ValueError(f"adapter must be None, a string or an integer id, got {adapter!r}")
+    if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
+        raise ValueError(f"cache_salt must be None or a non-empty string, got {cache_salt!r}")
+
+
+def extra_keys(
+    block_start: int,
+    block_end: int,
+    *,
+    adapter: str | int | None = None,
+    mm_inputs: Sequence[MMInput] = (),
+    cache_salt: str | None = None,
+) -> tuple:
+    """The extra keys of the block covering prompt positions ``[block_start, block_end)``: the digest
+    of every multimodal input overlapping it, the adapter id, and the cache salt (first block only;
+    chaining carries it into every later block)."""
+    keys: list = [["mm", mm.digest] for mm in mm_inputs if mm.start < block_end and mm.end > block_start]
+    if adapter is not None:
+        keys.append(["adapter", adapter])
+    if cache_salt is not None and block_start == 0:
+        keys.append(["salt", cache_salt])
+    return tuple(tuple(k) for k in keys)
+
+
+def hash_block(parent_key: str | None, block_tokens, extra: tuple = ()) -> str:
+    """A block's key: blake2b (128-bit) over the parent's key, the block's token ids (as little-endian
+    int64 bytes) and its extra keys. ``parent_key=None`` gives the *naive, unchained* key that only
+    looks at the block's own tokens (wrong: shown in the book to explain why the parent matters)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(b"parent:" + (b"-" if parent_key is None else parent_key.encode()))
+    h.update(b"|tokens:" + np.asarray(block_tokens, dtype="<i8").tobytes())
+    h.update(b"|extra:" + json.dumps(extra, separators=(",", ":")).encode())
+    return h.hexdigest()
+
+
+def block_keys(
+    tokens,
+    block_size: int = BLOCK_SIZE,
+    *,
+    adapter: str | int | None = None,
+    mm_inputs: Sequence[MMInput] = (),
+    cache_salt: str | None = None,
+    chained: bool = True,
+) -> list[str]:
+    """Keys of every full block of ``tokens`` (a trailing partial block has no key).
+    ``chained=False`` drops the parent from each key: the naive scheme that wrongly matches the same
+    block text after different prefixes."""
+    bs = _check_block_size(block_size)
+    arr = _as_tokens("tokens", tokens)
+    _check_extra(adapter, cache_salt)
+    mms = _check_mm(mm_inputs, len(arr))
+    keys: list[str] = []
+    parent = ROOT_KEY
+    for i in range(len(arr) // bs):
+        lo, hi = i * bs, (i + 1) * bs
+        extra = extra_keys(lo, hi, adapter=adapter, mm_inputs=mms, cache_salt=cache_salt)
+        key = hash_block(parent if chained else None, arr[lo:hi], extra)
+        keys.append(key)
+        parent = key
+    return keys
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM-style block cache
+
+
+@dataclass
+class _Block:
+    key: str
+    parent: str
+    depth: int
+    tokens: tuple[int, ...]
+    ref_count: int = 0
+
+
+class BlockHashCache:
+    """A vLLM-style prefix cache of ``capacity_blocks`` full blocks of ``block_size`` tokens.
+
+    Two ways to use it:
+
+    * one call per request, for simulations: ``hit_tokens = cache.serve(prompt_ids, output_ids)``;
+    * the engine's life cycle, to show pinning: ``cache.start(request)`` returns the hit and pins the
+      request's prompt blocks (matched ones and newly allocated ones); ``cache.finish(request)``
+      caches the full blocks of prompt + answer and unpins them, so they become evictable.
+
+    When a new block is needed and the cache is full, the block at the front of the LRU free queue
+    is evicted. If the blocks pinned by running requests leave no room, :class:`CacheFullError` is
+    raised and the cache is left unchanged (a real engine would queue or preempt the request).
+    """
+
+    def __init__(self, capacity_blocks: int, block_size: int = BLOCK_SIZE, *, record_events: bool = True):
+        self.capacity_blocks = check_int("capacity_blocks", capacity_blocks, lo=1)
+        self.block_size = _check_block_size(block_size)
+        self.record_events = bool(record_events)
+        self._blocks: dict[str, _Block] = {}
+        self._free: OrderedDict[str, None] = OrderedDict()  # front = evicted first
+        self._running: dict[int | str, list[str]] = {}
+        self._ids = itertools.count()
+        self.events: list[CacheEvent] = []
+        self.query_tokens = 0  # prompt tokens looked up (as vLLM's prefix_cache_queries)
+        self.hit_tokens = 0  # of which served from cache (as vLLM's prefix_cache_hits)
+
+    # -- inspection ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Blocks cached now (pinned or evictable)."""
+        return len(self._blocks)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._blocks
+
+    @property
+    def hit_rate(self) -> float:
+        """Token hit rate over every lookup made by :meth:`start` / :meth:`serve` (0 if none)."""
+        return self.hit_tokens / self.query_tokens if self.query_tokens else 0.0
+
+    def get_block(self, key: str) -> BlockInfo:
+        """The cached block named ``key``."""
+        if key not in self._blocks:
+            raise KeyError(f"block {short(key)} is not cached")
+        b = self._blocks[key]
+        return BlockInfo(b.key, b.parent, b.depth, b.tokens, b.ref_count)
+
+    def blocks(self) -> list[BlockInfo]:
+        """Every cached block, in insertion order."""
+        return [self.get_block(k) for k in self._blocks]
+
+    def free_queue(self) -> list[str]:
+        """Keys of the evictable blocks, the next one to be evicted first."""
+        return list(self._free)
+
+    def pinned_blocks(self) -> int:
+        """Blocks pinned by running requests."""
+        return len(self._blocks) - len(self._free)
+
+    def running(self) -> list:
+        """Ids of requests started and not finished."""
+        return list(self._running)
+
+    def table(self) -> list[dict]:
+        """One row per cached block (short key, parent, depth, tokens, ref count, eviction rank)."""
+        rank = {k: i for i, k in enumerate(self._free)}
+        return [
+            {
+                "key": short(b.key),
+                "parent": short(b.parent),
+                "depth": b.depth,
+                "tokens": b.tokens,
+                "ref_count": b.ref_count,
+                "evict_rank": rank.get(b.key),
+            }
+            for b in self._blocks.values()
+        ]
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the internal state is inconsistent (used by the tests)."""
+        assert len(self._blocks) <= self.capacity_blocks, "capacity exceeded"
+        refs: dict[str, int] = {}
+        for keys in self._running.values():
+            for k in keys:
+                refs[k] = refs.get(k, 0) + 1
+        for k, b in self._blocks.items():
+            assert b.ref_count == refs.get(k, 0), f"ref count of {short(k)} is wrong"
+            assert (b.ref_count == 0) == (k in self._free), f"free queue wrong for {short(k)}"
+            assert b.parent == ROOT_KEY or b.parent in self._blocks, f"orphan block {short(k)}"
+        # a parent always leaves the free queue after its children
+        pos = {k: i for i, k in enumerate(self._free)}
+        for k, i in pos.items():
+            p = self._blocks[k].parent
+            if p in pos:
+                assert pos[p] > i, f"parent {short(p)} would be evicted before child {short(k)}"
+
+    # -- the hit ------------------------------------------------------------------------------
+
+    def _keys(self, tokens: np.ndarray, adapter, mm_inputs, cache_salt) -> list[str]:
+        return block_keys(tokens, self.block_size, adapter=adapter, mm_inputs=mm_inputs,
+                          cache_salt=cache_salt)
+
+    def match_blocks(self, prompt_ids, *, adapter=None, mm_inputs=(), cache_salt=None) -> int:
+        """How many leading full blocks of the prompt are cached (no side effects, no limit)."""
+        arr = _as_tokens("prompt_ids", prompt_ids)
+        n = 0
+        for key in self._keys(arr, adapter, mm_inputs, cache_salt):
+            if key not in self._blocks:
+                break
+            n += 1
+        return n
+
+    def _hit_from_blocks(self, matched_blocks: int, n_tokens: int) -> int:
+        # at least one prompt token is computed: cap at (n - 1) tokens, in whole blocks
+        limit = max(n_tokens - 1, 0) // self.block_size
+        return min(matched_blocks, limit) * self.block_size
+
+    def lookup(self, prompt_ids, *, adapter=None, mm_inputs=(), cache_salt=None) -> int:
+        """Prompt tokens a request would find cached now (no side effects)."""
+        arr = _as_tokens("prompt_ids", prompt_ids)
+        m = self.match_blocks(arr, adapter=adapter, mm_inputs=mm_inputs, cache_salt=cache_salt)
+        return self._hit_from_blocks(m, len(arr))
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def _evict_one(self) -> None:
+        key, _ = self._free.popitem(last=False)
+        b = self._blocks.pop(key)
+        if self.record_events:
+            self.events.append(CacheEvent("removed", key, b.depth, self.block_size))
+
+    def _room(self, touched_free: int) -> int:
+        """Blocks that can be made available (empty slots + evictable blocks not about to be pinned)."""
+        return (self.capacity_blocks - len(self._blocks)) + (len(self._free) - touched_free)
+
+    def _pin_chain(self, keys: list[str], tokens: np.ndarray, rid, start_depth: int) -> None:
+        """Pin ``keys`` (blocks ``start_depth`` onwards of a chain): cached ones are touched, missing
+        ones allocated (evicting the LRU free block when full). The caller has checked the room."""
+        bs = self.block_size
+        held = self._running[rid]
+        for j, key in enumerate(keys):
+            depth = start_depth + j
+            b = self._blocks.get(key)
+            if b is None:
+                while len(self._blocks) >= self.capacity_blocks:
+                    self._evict_one()
+                parent = ROOT_KEY if depth == 0 else held[depth - 1]
+                b = _Block(key, parent, depth, tuple(int(t) for t in tokens[depth * bs:(depth + 1) * bs]))
+                self._blocks[key] = b
+                if self.record_events:
+                    self.events.append(CacheEvent("stored", key, depth, bs))
+            elif b.ref_count == 0:
+                del self._free[key]
+            b.ref_count += 1
+            held.append(key)
+
+    def _check_room(self, keys: list[str], rid, what: str) -> None:
+        new = sum(1 for k in keys if k not in self._blocks)
+        touched_free = sum(1 for k in set(keys) if k in self._free)
+        room = self._room(touched_free)
+        if new > room:
+            raise CacheFullError(
+                f"BlockHashCache is full: {what} of request {rid!r} needs {new} new blocks but only "
+                f"{room} can be made free (capacity_blocks={self.capacity_blocks}, "
+                f"{self.pinned_blocks()} pinned by {len(self._running)} running request(s)); "
+                f"raise capacity_blocks or finish running requests first"
+            )
+
+    def start(self, request: Request) -> int:
+        """Admit ``request``: return its hit in tokens and pin every full block of its prompt
+        (cached blocks are reused, missing ones allocated). Raises :class:`CacheFullError`, leaving
+        the cache unchanged, if the pinned blocks would not fit."""
+        if not isinstance(request, Request):
+            raise ValueError(f"request must be a kvlab.cache.Request, got {type(request).__name__}")
+        arr = _as_tokens("prompt_ids", request.prompt_ids)
+        if len(arr) == 0:
+            raise ValueError("prompt_ids must hold at least 1 token, got an empty prompt")
+        _check_extra(request.adapter, request.cache_salt)
+        mms = _check_mm(request.mm_inputs, len(arr))
+        if request.request_id is None:
+            request.request_id = f"r{next(self._ids)}"
+        rid = request.request_id
+        if rid in self._running:
+            raise ValueError(f"request_id {rid!r} is already running; finish it first")
+        keys = self._keys(arr, request.adapter, mms, request.cache_salt)
+        matched = 0
+        for key in keys:
+            if key not in self._blocks:
+                break
+            matched += 1
+        self._check_room(keys, rid, "the prompt")
+        hit = self._hit_from_blocks(matched, len(arr))
+        self._running[rid] = []
+        self._pin_chain(keys, arr, rid, 0)
+        self.query_tokens += len(arr)
+        self.hit_tokens += hit
+        return hit
+
+    def finish(self, request: Request, output_ids=None, *, cache_output: bool = True) -> None:
+        """Finish ``request``: cache every full block of prompt + answer (``output_ids``, or the
+        request's own ``output_ids`` when None; answer blocks are skipped if ``cache_output`` is
+        False), then unpin the request's blocks. They join the back of the LRU free queue deepest
+        first, so a chain is evicted from its tail."""
+        rid = getattr(request, "request_id", None)
+        if rid not in self._running:
+            raise ValueError(f"request_id {rid!r} is not running; call start() first")
+        held = self._running[rid]
+        if cache_output:
+            out = _as_tokens("output_ids", request.output_ids if output_ids is None else output_ids)
+            prompt = _as_tokens("prompt_ids", request.prompt_ids)
+            full = np.concatenate([prompt, out])
+            keys = self._keys(full, request.adapter, _check_mm(request.mm_inputs, len(prompt)),
+                              request.cache_salt)
+            extra = keys[len(held):]
+            if extra:
+                self._check_room(extra, rid, "the answer")
+                self._pin_chain(extra, full, rid, len(held))
+        for key in reversed(held):
+            b = self._blocks[key]
+            b.ref_count -= 1
+            if b.ref_count == 0:
+                self._free[key] = None  # back of the queue; deepest block first
+        del self._running[rid]
+
+    def serve(self, prompt_ids, output_ids=(), *, adapter=None, mm_inputs=(), cache_salt=None,
+              cache_output: bool = True) -> int:
+        """Start and finish one request at once; return its hit in tokens."""
+        req = Request(prompt_ids, output_ids, adapter, tuple(mm_inputs), cache_salt)
+        hit = self.start(req)
+        self.finish(req, cache_output=cache_output)
+        return hit
+
+    def clear_events(self) -> list[CacheEvent]:
+        """Return the recorded events and forget them."""
+        ev, self.events = self.events, []
+        return ev
+
+
+# ---------------------------------------------------------------------------------------------
+# SGLang-style radix tree
+
+
+class _Node:
+    __slots__ = ("tokens", "children", "parent", "lock", "last_used", "start", "nid")
+
+    def __init__(self, tokens: tuple, parent: _Node | None, start: int, nid: int, last_used: int):
+        self.tokens = tokens  # the run of tokens on the edge from parent to this node
+        self.children: dict[tuple, _Node] = {}  # keyed by the edge's first page
+        self.parent = parent
+        self.lock = 0  # running requests using this node (or a descendant)
+        self.last_used = last_used
+        self.start = start  # token depth where this edge begins
+        self.nid = nid
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.tokens)
+
+
+def _pad_token(digest: str) -> int:
+    """A negative pseudo token id standing for a multimodal input's content (SGLang pads image
+    tokens with a value derived from the image's hash, so the tree separates different images)."""
+    h = hashlib.blake2b(digest.encode(), digest_size=6).digest()
+    return -1 - int.from_bytes(h, "little")
+
+
+class RadixTree:
+    """An SGLang-style radix tree over token ids with ``capacity_tokens`` of KV.
+
+    ``page_size=1`` (SGLang's default) matches any number of tokens and evicts whole leaf edges,
+    least recently used first. ``page_size=16`` (see :meth:`block_aligned`) matches and stores whole
+    16-token pages only and evicts one page at a time from the tail of the least recently used leaf:
+    it then behaves exactly like :class:`BlockHashCache` with ``capacity_tokens // 16`` blocks.
+
+    The adapter id and cache salt select a separate subtree (a namespace); multimodal placeholder
+    tokens are replaced by a pseudo token derived from the input's digest.
+    """
+
+    def __init__(self, capacity_tokens: int, page_size: int = 1, *, record_events: bool = True):
+        self.page_size = check_int("page_size", page_size, lo=1)
+        self.capacity_tokens = check_int("capacity_tokens", capacity_tokens, lo=self.page_size)
+        self.capacity_tokens -= self.capacity_tokens % self.page_size
+        self.record_events = bool(record_events)
+        self._nid = itertools.count()
+        self._roots: dict[tuple, _Node] = {}
+        self._cached = 0  # tokens stored in the tree
+        self._reserved = 0  # tokens running requests will add (their KV exists, not yet in the tree)
+        self._running: dict = {}
+        self._clock = 0
+        self._ids = itertools.count()
+        self.events: list[CacheEvent] = []
+        self.query_tokens = 0
+        self.hit_tokens = 0
+
+    @classmethod
+    def block_aligned(cls, capacity_blocks: int, block_size: int = BLOCK_SIZE, **kw) -> RadixTree:
+        """A tree that works in whole blocks, comparable with ``BlockHashCache(capacity_blocks,
+        block_size)``."""
+        capacity_blocks = check_int("capacity_blocks", capacity_blocks, lo=1)
+        block_size = _check_block_size(block_size)
+        return cls(capacity_blocks * block_size, page_size=block_size, **kw)
+
+    # -- inspection ---------------------------------------------------------------------------
+
+    @property
+    def cached_tokens(self) -> int:
+        """Tokens of KV stored in the tree."""
+        return self._cached
+
+    @property
+    def reserved_tokens(self) -> int:
+        """Tokens of KV held by running requests and not yet inserted."""
+        return self._reserved
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.query_tokens if self.query_tokens else 0.0
+
+    def _nodes(self):
+        stack = list(self._roots.values())
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+    def locked_tokens(self) -> int:
+        """Tokens on edges locked by running requests."""
+        return sum(len(n.tokens) for n in self._nodes() if n.lock > 0)
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the internal state is inconsistent (used by the tests)."""
+        total = 0
+        for node in self._nodes():
+            total += len(node.tokens)
+            if node.parent is not None:
+                assert node.tokens, "empty edge"
+                assert len(node.tokens) % self.page_size == 0, "edge not page-aligned"
+                assert node.start == node.parent.end, "wrong start depth"
+                assert node.parent.children[node.tokens[:self.page_size]] is node, "child indexed wrongly"
+                assert node.parent.lock >= node.lock, "lock not propagated to parent"
+        assert total == self._cached, "token count drifted"
+        assert self._cached + self._reserved <= self.capacity_tokens, "capacity exceeded"
+
+    # -- matching -----------------------------------------------------------------------------
+
+    def _effective(self, arr: np.ndarray, mm_inputs) -> tuple:
+        toks = [int(t) for t in arr]
+        for mm in mm_inputs:
+            pad = _pad_token(mm.digest)
+            for i in range(mm.start, mm.end):
+                toks[i] = pad
+        return tuple(toks)
+
+    def _prepare(self, prompt_ids, adapter, mm_inputs, cache_salt, name="prompt_ids"):
+        arr = _as_tokens(name, prompt_ids)
+        _check_extra(adapter, cache_salt)
+        mms = _check_mm(mm_inputs, len(arr))
+        return arr, self._effective(arr, mms), (adapter, cache_salt)
+
+    def _walk(self, ns, toks: tuple, split: bool):
+        """Longest page-aligned match of ``toks``: (matched tokens, deepest node fully matched).
+        With ``split``, an edge matched part-way is split so the match ends on a node."""
+        ps = self.page_size
+        node = self._roots.get(ns)
+        if node is None:
+            return 0, None
+        pos = 0
+        while pos + ps <= len(toks):
+            child = node.children.get(toks[pos:pos + ps])
+            if child is None:
+                break
+            edge = child.tokens
+            k = 0
+            while k + ps <= len(edge) and pos + k + ps <= len(toks) and \
+                    edge[k:k + ps] == toks[pos + k:pos + k + ps]:
+                k += ps
+            if k == 0:
+                break
+            if k < len(edge):
+                if split:
+                    child = self._split(child, k)
+                    pos += k
+                    node = child
+                else:
+                    pos += k
+                break
+            pos += k
+            node = child
+        return pos, node
+
+    def _split(self, child: _Node, k: int) -> _Node:
+        """Split ``child``'s edge after ``k`` tokens; return the new upper node."""
+        parent = child.parent
+        mid = _Node(child.tokens[:k], parent, child.start, next(self._nid), child.last_used)
+        mid.lock = child.lock
+        parent.children[mid.tokens[:self.page_size]] = mid
+        child.tokens = child.tokens[k:]
+        child.start = mid.end
+        child.parent = mid
+        mid.children[child.tokens[:self.page_size]] = child
+        return mid
+
+    def match(self, prompt_ids, *, adapter=None, mm_inputs=(), cache_salt=None) -> int:
+        """Longest cached prefix of the prompt in tokens (page-aligned; no side effects, no limit)."""
+        _, toks, ns = self._prepare(prompt_ids, adapter, mm_inputs, cache_salt)
+        return self._walk(ns, toks, split=False)[0]
+
+    def _hit(self, matched: int, n_tokens: int) -> int:
+        limit = (max(n_tokens - 1, 0) // self.page_size) * self.page_size
+        return min(matched, limit)
+
+    def lookup(self, prompt_ids, *, adapter=None, mm_inputs=(), cache_salt=None) -> int:
+        """Prompt tokens a request would find cached now (no side effects)."""
+        arr, toks, ns = self._prepare(prompt_ids, adapter, mm_inputs, cache_salt)
+        return self._hit(self._walk(ns, toks, split=False)[0], len(arr))
+
+    # -- locking and eviction -----------------------------------------------------------------
+
+    @staticmethod
+    def _lock(node: _Node | None, delta: int) -> None:
+        while node is not None:
+            node.lock += delta
+            node = node.parent
+
+    def _evictable_leaves(self) -> list:
+        heap = []
+        for node in self._nodes():
+            if node.parent is not None and not node.children and node.lock == 0:
+                heap.append((node.last_used, -node.end, node.nid, node))
+        heapq.heapify(heap)
+        return heap
+
+    def _evict(self, need_tokens: int) -> int:
+        """Free at least ``need_tokens`` (LRU leaves first); return the tokens freed."""
+        ps = self.page_size
+        heap = self._evictable_leaves()
+        freed = 0
+        while freed < need_tokens and heap:
+            _, _, _, node = heapq.heappop(heap)
+            if ps == 1:
+                n = len(node.tokens)  # SGLang: a whole leaf edge at a time
+            else:
+                n = ps  # block-aligned: one page from the leaf's tail, like the block cache
+            end = node.end
+            node.tokens = node.tokens[:len(node.tokens) - n]
+            freed += n
+            self._cached -= n
+            if self.record_events:
+                self.events.append(CacheEvent("removed", f"node{node.nid}", end, n))
+            if node.tokens:
+                heapq.heappush(heap, (node.last_used, -node.end, node.nid, node))
+                continue
+            parent = node.parent
+            del parent.children[next(k for k, v in parent.children.items() if v is node)]
+            if parent.parent is None:
+                if not parent.children:
+                    self._roots = {k: v for k, v in self._roots.items() if v is not parent}
+            elif not parent.children and parent.lock == 0:
+                heapq.heappush(heap, (parent.last_used, -parent.end, parent.nid, parent))
+        return freed
+
+    def _make_room(self, new_tokens: int, rid, what: str) -> None:
+        need = self._cached + self._reserved + new_tokens - self.capacity_tokens
+        if need <= 0:
+            return
+        evictable = self._cached - self.locked_tokens()
+        if need > evictable:
+            raise CacheFullError(
+                f"RadixTree is full: {what} of request {rid!r} needs {new_tokens} new tokens but only "
+                f"{self.capacity_tokens - self._cached - self._reserved + evictable} can be made free "
+                f"(capacity_tokens={self.capacity_tokens}, {self.locked_tokens()} locked and "
+                f"{self._reserved} reserved by {len(self._running)} running request(s)); "
+                f"raise capacity_tokens or finish running requests first"
+            )
+        self._evict(need)
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def _aligned(self, n: int) -> int:
+        return (n // self.page_size) * self.page_size
+
+    def start(self, request: Request) -> int:
+        """Admit ``request``: return its hit in tokens, lock the matched path and reserve room for
+        the rest of the prompt's KV (evicting LRU leaves if needed). Raises :class:`CacheFullError`,
+        leaving the cached contents unchanged, if locked and reserved KV would not fit."""
+        if not isinstance(request, Request):
+            raise ValueError(f"request must be a kvlab.cache.Request, got {type(request).__name__}")
+        arr, toks, ns = self._prepare(request.prompt_ids, request.adapter, request.mm_inputs,
+                                      request.cache_salt)
+        if len(arr) == 0:
+            raise ValueError("prompt_ids must hold at least 1 token, got an empty prompt")
+        if request.request_id is None:
+            request.request_id = f"r{next(self._ids)}"
+        rid = request.request_id
+        if rid in self._running:
+            raise ValueError(f"request_id {rid!r} is already running; finish it first")
+        matched, node = self._walk(ns, toks, split=True)
+        self._lock(node, +1)
+        reserve = self._aligned(len(toks)) - matched
+        try:
+            self._make_room(reserve, rid, "the prompt")
+        except CacheFullError:
+            self._lock(node, -1)
+            raise
+        self._reserved += reserve
+        self._running[rid] = (node, reserve)
+        hit = self._hit(matched, len(arr))
+        self.query_tokens += len(arr)
+        self.hit_tokens += hit
+        return hit
+
+    def _insert_below(self, ns, node: _Node | None, toks: tuple, pos: int) -> _Node:
+        if node is None:
+            node = self._roots.get(ns)
+            if node is None:
+                node = _Node((), None, 0, next(self._nid), self._clock)
+                self._roots[ns] = node
+        rest = toks[pos:]
+        if rest:
+            leaf = _Node(rest, node, pos, next(self._nid), self._clock)
+            node.children[rest[:self.page_size]] = leaf
+            self._cached += len(rest)
+            if self.record_events:
+                self.events.append(CacheEvent("stored", f"node{leaf.nid}", leaf.end, len(rest)))
+            node = leaf
+        return node
+
+    def finish(self, request: Request, output_ids=None, *, cache_output: bool = True) -> None:
+        """Finish ``request``: insert its prompt (+ answer) in whole pages, mark the path as just
+        used, release its reservation and unlock it."""
+        rid = getattr(request, "request_id", None)
+        if rid not in self._running:
+            raise ValueError(f"request_id {rid!r} is not running; call start() first")
+        start_node, reserve = self._running[rid]
+        arr, toks, ns = self._prepare(request.prompt_ids, request.adapter, request.mm_inputs,
+                                      request.cache_salt)
+        if cache_output:
+            out = _as_tokens("output_ids", request.output_ids if output_ids is None else output_ids)
+            toks = toks + tuple(int(t) for t in out)
+        toks = toks[:self._aligned(len(toks))]
+        matched, node = self._walk(ns, toks, split=True)
+        self._lock(node, +1)
+        new = len(toks) - matched
+        self._reserved -= reserve
+        try:
+            self._make_room(new, rid, "the answer")
+        except CacheFullError:
+            self._reserved += reserve
+            self._lock(node, -1)
+            raise
+        self._clock += 1
+        leaf = self._insert_below(ns, node, toks, matched)
+        n = leaf
+        while n is not None:
+            n.last_used = self._clock
+            n = n.parent
+        self._lock(node, -1)
+        self._lock(start_node, -1)
+        del self._running[rid]
+
+    def serve(self, prompt_ids, output_ids=(), *, adapter=None, mm_inputs=(), cache_salt=None,
+              cache_output: bool = True) -> int:
+        """Start and finish one request at once; return its hit in tokens."""
+        req = Request(prompt_ids, output_ids, adapter, tuple(mm_inputs), cache_salt)
+        hit = self.start(req)
+        self.finish(req, cache_output=cache_output)
+        return hit
+
+    def clear_events(self) -> list[CacheEvent]:
+        ev, self.events = self.events, []
+        return ev
+
+    # -- display ------------------------------------------------------------------------------
+
+    def render(self, detok: Callable[[Sequence[int]], str] | None = None, max_chars: int = 40) -> str:
+        """The tree as text: one line per edge with its tokens (through ``detok`` if given), its
+        length, lock count and last-used time."""
+        def label(tokens) -> str:
+            if detok is not None:
+                text = detok(tokens)
+            else:
+                text = " ".join(str(t) for t in tokens)
+            text = text.replace("\n", "\\n")
+            return text if len(text) <= max_chars else text[:max_chars - 3] + "..."
+
+        lines: list[str] = []
+
+        def walk(node: _Node, prefix: str) -> None:
+            kids = sorted(node.children.values(), key=lambda c: c.tokens)
+            for i, child in enumerate(kids):
+                last = i == len(kids) - 1
+                lines.append(
+                    f"{prefix}{'└── ' if last else '├── '}\"{label(child.tokens)}\" "
+                    f"({len(child.tokens)} tok, lock={child.lock}, t={child.last_used})"
+                )
+                walk(child, prefix + ("    " if last else "│   "))
+
+        for ns, root in sorted(self._roots.items(), key=lambda kv: repr(kv[0])):
+            adapter, salt = ns
+            name = "root" if ns == (None, None) else f"root[adapter={adapter}, salt={salt}]"
+            lines.append(name)
+            walk(root, "")
+        return "\n".join(lines) if lines else "(empty)"
+
+
+def lpm_order(tree: RadixTree, prompts: Iterable, **extra) -> list[int]:
+    """SGLang's "longest prefix match" scheduling: indices of the waiting prompts, longest cached
+    match first (ties keep arrival order), so requests sharing a cached prefix run together."""
+    prompts = list(prompts)
+    matched = [tree.match(p, **extra) for p in prompts]
+    return sorted(range(len(prompts)), key=lambda i: (-matched[i], i))

@@ -1,0 +1,306 @@
+"""Numeric calculators, lambdified from :mod:`kvlab.formulas` and guarded against bad input.
+
+Every function checks its arguments and raises a ``ValueError`` that names the parameter, the
+value and the allowed range. Units: bytes, seconds, tokens, bytes per second, requests per second.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+import sympy as sp
+
+from . import formulas
+from ._validate import check_int, check_number, fraction, non_negative, positive
+
+
+@cache
+def _compiled(name: str):
+    f = formulas.formula(name)
+    symbols = f.symbols
+    return [s.name for s in symbols], sp.lambdify(symbols, f.rhs, modules="math")
+
+
+def evaluate(name: str, **values: float) -> float:
+    """Evaluate formula ``name`` with every symbol given by its name (e.g. ``H_kv=8``)."""
+    names, fn = _compiled(name)
+    missing = set(names) - set(values)
+    extra = set(values) - set(names)
+    if missing or extra:
+        raise ValueError(
+            f"{name} needs exactly the symbols {names}; missing {sorted(missing)}, unexpected {sorted(extra)}"
+        )
+    return float(fn(*(values[n] for n in names)))
+
+
+def _ceil(x: float) -> int:
+    """Round up, ignoring float noise such as 6.000000000000001."""
+    return math.ceil(round(x, 9))
+
+
+def _floor(x: float) -> int:
+    """Round down, ignoring float noise such as 99.99999999999999."""
+    return math.floor(round(x, 9))
+
+
+# --- KV size -------------------------------------------------------------------------------------
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_value: float = 2) -> int:
+    """KV cache bytes per token: 2 (K and V) x layers x kv_heads x head_dim x bytes_per_value."""
+    layers = check_int("layers", layers, lo=1)
+    kv_heads = check_int("kv_heads", kv_heads, lo=1)
+    head_dim = check_int("head_dim", head_dim, lo=1)
+    bytes_per_value = positive("bytes_per_value", bytes_per_value)
+    v = evaluate("kv_bytes_per_token", L=layers, H_kv=kv_heads, d_h=head_dim, b=bytes_per_value)
+    return int(v) if v.is_integer() else v
+
+
+def model_kv_bytes_per_token(model, bytes_per_value: float = 2) -> int:
+    """:func:`kv_bytes_per_token` for a :class:`kvlab.models.ModelShape`."""
+    return kv_bytes_per_token(model.layers, model.kv_heads, model.head_dim, bytes_per_value)
+
+
+def kv_bytes(tokens: float, bytes_per_token: float) -> float:
+    """KV cache bytes of ``tokens`` tokens."""
+    non_negative("tokens", tokens)
+    positive("bytes_per_token", bytes_per_token)
+    return evaluate("kv_bytes", P=tokens, beta=bytes_per_token)
+
+
+def cache_bytes(cache_tokens: float, bytes_per_token: float) -> float:
+    """Memory needed to keep ``cache_tokens`` tokens of KV."""
+    non_negative("cache_tokens", cache_tokens)
+    positive("bytes_per_token", bytes_per_token)
+    return evaluate("cache_bytes", C=cache_tokens, beta=bytes_per_token)
+
+
+# --- moving KV -----------------------------------------------------------------------------------
+
+
+def one_way_bandwidth(bidirectional_bytes_per_s: float) -> float:
+    """One direction of a link quoted as both directions together (NVLink 900 -> 450 GB/s)."""
+    positive("bidirectional_bytes_per_s", bidirectional_bytes_per_s)
+    return evaluate("one_way_bandwidth", W_bidir=bidirectional_bytes_per_s)
+
+
+def per_gpu_bytes(n_bytes: float, tp: int) -> float:
+    """Bytes each of ``tp`` tensor-parallel GPUs holds when KV heads are split evenly."""
+    non_negative("n_bytes", n_bytes)
+    tp = check_int("tp", tp, lo=1)
+    return evaluate("per_gpu_share", B=n_bytes, tp=tp)
+
+
+def transfer_seconds(
+    n_bytes: float, link_bytes_per_s: float, links: int = 1, setup_s: float = 0.0
+) -> float:
+    """Seconds to move ``n_bytes`` split evenly over ``links`` links of ``link_bytes_per_s`` each
+    (one-way bandwidth), plus a fixed ``setup_s``."""
+    non_negative("n_bytes", n_bytes)
+    positive("link_bytes_per_s", link_bytes_per_s)
+    links = check_int("links", links, lo=1)
+    non_negative("setup_s", setup_s)
+    return evaluate("transfer_seconds", B=n_bytes, W=link_bytes_per_s, n_links=links, t_0=setup_s)
+
+
+# --- Problem 8 -----------------------------------------------------------------------------------
+
+
+def _tokens(shared_tokens, history_tokens, new_tokens=None):
+    non_negative("shared_tokens", shared_tokens)
+    non_negative("history_tokens", history_tokens)
+    if new_tokens is not None:
+        non_negative("new_tokens", new_tokens)
+
+
+def cached_tokens_random(shared_tokens: float, history_tokens: float, replicas: int) -> float:
+    """Expected cached tokens under random routing: S + H / N."""
+    _tokens(shared_tokens, history_tokens)
+    replicas = check_int("replicas", replicas, lo=1)
+    return evaluate("cached_tokens_random", S=shared_tokens, H=history_tokens, N=replicas)
+
+
+def cached_tokens_cache_aware(shared_tokens: float, history_tokens: float) -> float:
+    """Cached tokens when the router finds the history's replica: S + H."""
+    _tokens(shared_tokens, history_tokens)
+    return evaluate("cached_tokens_cache_aware", S=shared_tokens, H=history_tokens)
+
+
+def _cached(cached_tokens, shared_tokens, history_tokens, new_tokens):
+    _tokens(shared_tokens, history_tokens, new_tokens)
+    prompt = shared_tokens + history_tokens + new_tokens
+    if prompt <= 0:
+        raise ValueError("shared_tokens + history_tokens + new_tokens must be > 0, got 0")
+    check_number("cached_tokens", cached_tokens, lo=0, hi=prompt)
+
+
+def hit_fraction(cached_tokens: float, shared_tokens: float, history_tokens: float, new_tokens: float) -> float:
+    """Share of the prompt served from cache."""
+    _cached(cached_tokens, shared_tokens, history_tokens, new_tokens)
+    return evaluate("hit_fraction", c=cached_tokens, S=shared_tokens, H=history_tokens, U=new_tokens)
+
+
+def prefill_load(
+    rate_rps: float, shared_tokens: float, history_tokens: float, new_tokens: float, cached_tokens: float
+) -> float:
+    """Prompt tokens per second the fleet must compute."""
+    positive("rate_rps", rate_rps)
+    _cached(cached_tokens, shared_tokens, history_tokens, new_tokens)
+    return evaluate(
+        "prefill_load", **{"lambda": rate_rps}, S=shared_tokens, H=history_tokens, U=new_tokens, c=cached_tokens
+    )
+
+
+def fleet_prefill_capacity(replicas: int, prefill_tokens_per_s: float) -> float:
+    """Prompt tokens per second ``replicas`` replicas can compute."""
+    replicas = check_int("replicas", replicas, lo=1)
+    positive("prefill_tokens_per_s", prefill_tokens_per_s)
+    return evaluate("fleet_prefill_capacity", N=replicas, mu=prefill_tokens_per_s)
+
+
+def capacity_share(load_tokens_per_s: float, replicas: int, prefill_tokens_per_s: float) -> float:
+    """Share of the fleet's prefill capacity a load uses (above 1 means the fleet cannot keep up)."""
+    non_negative("load_tokens_per_s", load_tokens_per_s)
+    replicas = check_int("replicas", replicas, lo=1)
+    positive("prefill_tokens_per_s", prefill_tokens_per_s)
+    return evaluate("capacity_share", X=load_tokens_per_s, N=replicas, mu=prefill_tokens_per_s)
+
+
+def prefill_seconds(
+    shared_tokens: float, history_tokens: float, new_tokens: float, cached_tokens: float, seconds_per_token: float
+) -> float:
+    """Prefill time of one request under the linear cost model."""
+    _cached(cached_tokens, shared_tokens, history_tokens, new_tokens)
+    positive("seconds_per_token", seconds_per_token)
+    return evaluate(
+        "prefill_seconds", S=shared_tokens, H=history_tokens, U=new_tokens, c=cached_tokens, tau=seconds_per_token
+    )
+
+
+def fleet_cache_tokens(replicas: int, cache_tokens: float) -> float:
+    """Tokens the whole fleet can keep cached."""
+    replicas = check_int("replicas", replicas, lo=1)
+    positive("cache_tokens", cache_tokens)
+    return evaluate("fleet_cache_tokens", N=replicas, C=cache_tokens)
+
+
+def histories_that_fit(replicas: int, cache_tokens: float, history_tokens: float) -> float:
+    """How many ``history_tokens``-token histories the fleet's caches hold together."""
+    replicas = check_int("replicas", replicas, lo=1)
+    positive("cache_tokens", cache_tokens)
+    positive("history_tokens", history_tokens)
+    return evaluate("histories_that_fit", N=replicas, C=cache_tokens, H=history_tokens)
+
+
+# --- Problem 22: pools ---------------------------------------------------------------------------
+
+
+def prefill_demand(rate_rps: float, prompt_tokens: float, hit_rate: float = 0.0) -> float:
+    """Prompt tokens per second still to compute after prefix hits."""
+    positive("rate_rps", rate_rps)
+    non_negative("prompt_tokens", prompt_tokens)
+    fraction("hit_rate", hit_rate)
+    return evaluate("prefill_demand", **{"lambda": rate_rps}, P=prompt_tokens, h=hit_rate)
+
+
+def prefill_replicas_exact(
+    rate_rps: float, prompt_tokens: float, hit_rate: float = 0.0, prefill_tokens_per_s: float = 10_000
+) -> float:
+    """Prefill work in replicas, before rounding up."""
+    prefill_demand(rate_rps, prompt_tokens, hit_rate)
+    positive("prefill_tokens_per_s", prefill_tokens_per_s)
+    return evaluate(
+        "prefill_replicas_exact", **{"lambda": rate_rps}, P=prompt_tokens, h=hit_rate, mu=prefill_tokens_per_s
+    )
+
+
+def decode_step_seconds(batch: float, decode_base_s: float = 0.020, decode_per_request_s: float = 0.0002) -> float:
+    """One decode step with ``batch`` running requests."""
+    non_negative("batch", batch)
+    positive("decode_base_s", decode_base_s)
+    positive("decode_per_request_s", decode_per_request_s)
+    return evaluate("decode_step_seconds", a=decode_base_s, k=decode_per_request_s, n_b=batch)
+
+
+def _tpot(tpot_s, decode_base_s, decode_per_request_s):
+    positive("decode_base_s", decode_base_s)
+    positive("decode_per_request_s", decode_per_request_s)
+    check_number("tpot_s", tpot_s, lo=decode_base_s + decode_per_request_s)
+
+
+def max_decode_batch(tpot_s: float, decode_base_s: float = 0.020, decode_per_request_s: float = 0.0002) -> int:
+    """Largest batch whose decode step still meets the TPOT target (rounded down)."""
+    _tpot(tpot_s, decode_base_s, decode_per_request_s)
+    return _floor(evaluate("max_decode_batch", T=tpot_s, a=decode_base_s, k=decode_per_request_s))
+
+
+def decode_concurrency(rate_rps: float, output_tokens: float, tpot_s: float) -> float:
+    """Requests decoding at once (Little's law): rate x output tokens x TPOT."""
+    positive("rate_rps", rate_rps)
+    positive("output_tokens", output_tokens)
+    positive("tpot_s", tpot_s)
+    return evaluate("decode_concurrency", **{"lambda": rate_rps}, O=output_tokens, T=tpot_s)
+
+
+def littles_law(rate_rps: float, time_in_system_s: float) -> float:
+    """Mean number in a system = arrival rate x mean time spent in it."""
+    non_negative("rate_rps", rate_rps)
+    non_negative("time_in_system_s", time_in_system_s)
+    if rate_rps == 0 or time_in_system_s == 0:
+        return 0.0
+    return evaluate("littles_law", **{"lambda": rate_rps}, R=time_in_system_s)
+
+
+def pool_sizes(
+    rate_rps: float,
+    prompt_tokens: float,
+    output_tokens: float,
+    tpot_s: float,
+    hit_rate: float = 0.0,
+    prefill_tokens_per_s: float = 10_000,
+    decode_base_s: float = 0.020,
+    decode_per_request_s: float = 0.0002,
+) -> tuple[int, int]:
+    """(prefill replicas, decode replicas) for a traffic mix, each rounded up.
+
+    Prefill: rate x prompt x (1 - hit_rate) / prefill_tokens_per_s. Decode: the Little's-law
+    concurrency divided by the largest batch that meets ``tpot_s``.
+    """
+    p = prefill_replicas_exact(rate_rps, prompt_tokens, hit_rate, prefill_tokens_per_s)
+    batch = max_decode_batch(tpot_s, decode_base_s, decode_per_request_s)
+    d = decode_concurrency(rate_rps, output_tokens, tpot_s) / batch
+    return max(_ceil(p), 1 if prompt_tokens else 0), max(_ceil(d), 1)
+
+
+# --- prefill compute with attention --------------------------------------------------------------
+
+
+def prefill_flops(prompt_tokens: float, params: float, layers: int, d_model: int) -> float:
+    """Matmul FLOPs of one prefill: 2 x params x P + 2 x layers x P^2 x d_model."""
+    non_negative("prompt_tokens", prompt_tokens)
+    positive("params", params)
+    layers = check_int("layers", layers, lo=1)
+    d_model = check_int("d_model", d_model, lo=1)
+    return evaluate("prefill_flops", P=prompt_tokens, N_params=params, L=layers, d_model=d_model)
+
+
+def prefill_seconds_attention(
+    prompt_tokens: float, seconds_per_token: float, params: float, layers: int, d_model: int
+) -> float:
+    """Prefill time counting causal attention, at the FLOP/s implied by ``seconds_per_token``."""
+    non_negative("prompt_tokens", prompt_tokens)
+    positive("seconds_per_token", seconds_per_token)
+    positive("params", params)
+    layers = check_int("layers", layers, lo=1)
+    d_model = check_int("d_model", d_model, lo=1)
+    return evaluate(
+        "prefill_seconds_attention", P=prompt_tokens, tau=seconds_per_token, N_params=params, L=layers, d_model=d_model
+    )
+
+
+def arithmetic_intensity(tokens_per_pass: float, bytes_per_param: float = 2) -> float:
+    """FLOP per byte of weights when ``tokens_per_pass`` tokens share one read of the weights."""
+    positive("tokens_per_pass", tokens_per_pass)
+    positive("bytes_per_param", bytes_per_param)
+    return evaluate("arithmetic_intensity_linear", n_b=tokens_per_pass, b=bytes_per_param)

@@ -1,0 +1,473 @@
+"""Prefill/decode disaggregation: moving a request's KV, hiding it behind prefill, re-sharding it,
+sizing the two pools, and the roofline that says why the phases want different hardware.
+
+Builds on :mod:`kvlab.calc` (KV size, transfer time, pool sizes) and adds the few formulas it lacks
+as sympy expressions (:data:`FORMULAS`), evaluated with ``sympy.lambdify`` so notebooks can render
+them as LaTeX. Units: bytes, seconds, tokens, bytes per second, FLOP, FLOP per byte.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+
+import sympy as sp
+
+from . import calc, hardware
+from ._validate import check_choice, check_int, check_number, fraction, non_negative, positive
+from .assumptions import COST, NIC_BYTES_PER_S
+from .formulas import N_params, P, b, beta, d_model, n_b, tau
+from .formulas import L as L_sym
+from .models import ModelShape
+
+#: Bytes per stored KV value for each precision the book uses.
+PRECISION_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1}
+
+#: How the KV leaves the prefill server. Each entry: (description, uses every GPU's own link?).
+LINKS = {
+    "nvlink": "NVLink inside one node: every GPU sends its share at the one-way NVLink rate",
+    "pcie": "PCIe Gen5 per GPU (one way), e.g. staging through host memory",
+    "nic_per_gpu": "one 400 Gb/s (50 GB/s) NIC per GPU, all GPUs sending their share in parallel",
+    "one_nic": "every byte through a single 50 GB/s NIC",
+}
+
+# --- the formulas this module adds (sympy, rendered in the notebooks) ------------------------------
+t_pre = sp.Symbol("t_pre", positive=True)  # prefill time of the request, s
+t_x = sp.Symbol("t_x", positive=True)  # time to send the whole KV at the link's rate, s
+t_m = sp.Symbol("t_m", nonnegative=True)  # fixed cost of one message (one layer's send), s
+ctx = sp.Symbol("n_ctx", positive=True)  # context tokens each decoding request attends to
+n_gpu = sp.Symbol("n_gpu", positive=True)  # GPUs in a replica
+F_peak = sp.Symbol("F_peak", positive=True)  # peak dense FLOP/s of one GPU
+W_hbm = sp.Symbol("W_hbm", positive=True)  # HBM bandwidth of one GPU, bytes/s
+
+_c = t_pre / L_sym  # compute of one layer
+_x = t_m + t_x / L_sym  # send of one layer
+# Layer i is computed at i*c; its send starts when it is computed and the link is free. The last
+# send ends at max_j (j*c + (L-j+1)*x); minus the prefill end L*c, that is max_m ((m+1)x - m c) for
+# m = 0..L-1, linear in m, so the maximum sits at an end: m = 0 or m = L-1.
+_EXPOSED = sp.Max(_x, L_sym * _x - (L_sym - 1) * _c)
+
+# Roofline. FLOPs: 2 per parameter per token plus attention (QK^T and AV: 4 d_model FLOPs per
+# (query, key) pair per layer; prefill's causal triangle has P^2/2 pairs, as in formulas.py).
+# Bytes: the weights once per pass, plus the KV written (prefill) or read (decode).
+_PREFILL_FLOPS = 2 * N_params * P + 2 * L_sym * P**2 * d_model
+_PREFILL_BYTES = N_params * b + P * beta
+_DECODE_FLOPS = n_b * (2 * N_params + 4 * L_sym * ctx * d_model)
+_DECODE_BYTES = N_params * b + n_b * ctx * beta
+
+FORMULAS: dict[str, tuple[sp.Symbol, sp.Expr, str]] = {
+    "exposed_transfer": (
+        sp.Symbol("t_exposed", nonnegative=True),
+        _EXPOSED,
+        "transfer left after prefill ends when each layer's KV is sent as soon as it is computed",
+    ),
+    "prefill_intensity": (
+        sp.Symbol("I_pre", positive=True),
+        _PREFILL_FLOPS / _PREFILL_BYTES,
+        "FLOP per byte of one P-token prefill pass (weights read once, KV written)",
+    ),
+    "decode_intensity": (
+        sp.Symbol("I_dec", positive=True),
+        _DECODE_FLOPS / _DECODE_BYTES,
+        "FLOP per byte of one decode step of n_b requests with n_ctx tokens of context each",
+    ),
+    "implied_flops": (
+        sp.Symbol("F_impl", positive=True),
+        2 * N_params / tau,
+        "weight FLOP/s a replica must sustain to prefill one token every tau seconds",
+    ),
+    "implied_mfu": (
+        sp.Symbol("MFU", positive=True),
+        (2 * N_params / tau) / (n_gpu * F_peak),
+        "share of the replica's peak FLOP/s that the assumed prefill cost implies",
+    ),
+    "weight_read_seconds": (
+        sp.Symbol("t_w", positive=True),
+        N_params * b / (n_gpu * W_hbm),
+        "time to read every weight once from HBM, all GPUs in parallel (the floor of a decode step)",
+    ),
+    "decode_step_bytes": (
+        sp.Symbol("B_step", positive=True),
+        _DECODE_BYTES,
+        "bytes a decode step reads: the weights plus every running request's KV",
+    ),
+}
+
+
+@cache
+def _compiled(name: str):
+    _, rhs, _ = FORMULAS[name]
+    symbols = sorted(rhs.free_symbols, key=lambda s: s.name)
+    return [s.name for s in symbols], sp.lambdify(symbols, rhs, modules="math")
+
+
+def evaluate(name: str, **values: float) -> float:
+    """Evaluate one of this module's :data:`FORMULAS` with every symbol given by name."""
+    check_choice("name", name, FORMULAS)
+    names, fn = _compiled(name)
+    if set(names) != set(values):
+        raise ValueError(f"{name} needs exactly the symbols {names}, got {sorted(values)}")
+    return float(fn(*(values[n] for n in names)))
+
+
+def latex(name: str) -> str:
+    """The formula as LaTeX, ``lhs = rhs``."""
+    check_choice("name", name, FORMULAS)
+    lhs, rhs, _ = FORMULAS[name]
+    return f"{sp.latex(lhs)} = {sp.latex(rhs)}"
+
+
+# --- moving one request's KV ----------------------------------------------------------------------
+
+
+def bytes_per_value(precision: str) -> int:
+    """2 for fp16/bf16, 1 for fp8."""
+    return PRECISION_BYTES[check_choice("precision", precision, PRECISION_BYTES)]
+
+
+def link_bandwidth(link: str, gpu: hardware.GPU = hardware.H100_SXM,
+                   nic_bytes_per_s: float = NIC_BYTES_PER_S) -> float:
+    """One-way bytes/s of one link of kind ``link`` (see :data:`LINKS`)."""
+    check_choice("link", link, LINKS)
+    if link == "nvlink":
+        if gpu.nvlink_one_way_bytes_per_s is None:
+            raise ValueError(f"link must not be 'nvlink' for {gpu.name}, which has no NVLink")
+        return calc.one_way_bandwidth(gpu.nvlink_bidir_bytes_per_s)
+    if link == "pcie":
+        return calc.one_way_bandwidth(gpu.pcie_bidir_bytes_per_s)
+    return positive("nic_bytes_per_s", nic_bytes_per_s)
+
+
+@dataclass(frozen=True)
+class KVTransfer:
+    """One request's KV moving from prefill to decode."""
+
+    prompt_tokens: float
+    bytes: float  # the whole request's KV
+    per_gpu_bytes: float  # what each of the tp GPUs holds and sends
+    seconds: float  # set-up + bytes over the links in parallel
+    link: str
+    link_bytes_per_s: float  # one-way bandwidth of one link
+    links: int  # links used in parallel
+    setup_s: float
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        """Aggregate bandwidth used: links x one link's rate."""
+        return self.links * self.link_bytes_per_s
+
+
+def kv_transfer(model: ModelShape, prompt_tokens: float, precision: str = "fp16", tp: int = 8,
+                link: str = "nic_per_gpu", setup_s: float = 0.0, gpu: hardware.GPU = hardware.H100_SXM,
+                nic_bytes_per_s: float = NIC_BYTES_PER_S) -> KVTransfer:
+    """Size and time of sending one request's KV.
+
+    With ``tp`` GPUs per server each GPU holds 1/tp of the KV heads and sends its share over its own
+    link (NVLink, PCIe, or its own NIC) in parallel; with ``one_nic`` every byte shares one NIC.
+    """
+    non_negative("prompt_tokens", prompt_tokens)
+    tp = check_int("tp", tp, lo=1)
+    non_negative("setup_s", setup_s)
+    beta_ = calc.model_kv_bytes_per_token(model, bytes_per_value(precision))
+    total = calc.kv_bytes(prompt_tokens, beta_)
+    w = link_bandwidth(link, gpu, nic_bytes_per_s)
+    links = 1 if link == "one_nic" else tp
+    seconds = calc.transfer_seconds(total, w, links=links, setup_s=setup_s)
+    return KVTransfer(prompt_tokens, total, calc.per_gpu_bytes(total, tp), seconds, link, w, links,
+                      setup_s)
+
+
+def transfer_share_of_ttft(transfer_s: float, prefill_s: float) -> float:
+    """Transfer as a share of TTFT = prefill + transfer (the first token waits for both)."""
+    non_negative("transfer_s", transfer_s)
+    non_negative("prefill_s", prefill_s)
+    total = transfer_s + prefill_s
+    return 0.0 if total == 0 else transfer_s / total
+
+
+def crossover_prompt_tokens(model: ModelShape, share: float = 0.05, link: str = "one_nic",
+                            precision: str = "fp16", tp: int = 8, setup_s: float = 0.0,
+                            prefill_s_per_token: float = COST.prefill_s_per_token,
+                            attention: bool = False, gpu: hardware.GPU = hardware.H100_SXM,
+                            nic_bytes_per_s: float = NIC_BYTES_PER_S) -> float:
+    """Smallest prompt (tokens) at which transfer reaches ``share`` of TTFT, or ``math.inf``.
+
+    Under the linear prefill cost both transfer and prefill grow linearly, so the share only falls
+    with the prompt (the set-up cost fades): it is above ``share`` for short prompts and the
+    crossover is where it drops to ``share``. With ``attention=True`` prefill grows faster still.
+    Returned is the prompt length where the share equals ``share`` (bisection), ``0`` if the share
+    is already below it for a 1-token prompt, or ``inf`` if it never gets there.
+    """
+    check_number("share", share, lo=0, hi=1, lo_open=True, hi_open=True)
+
+    def excess(tokens: float) -> float:
+        x = kv_transfer(model, tokens, precision, tp, link, setup_s, gpu, nic_bytes_per_s).seconds
+        if attention:
+            pre = calc.prefill_seconds_attention(tokens, prefill_s_per_token, model.params,
+                                                 model.layers, model.d_model)
+        else:
+            pre = tokens * prefill_s_per_token
+        return transfer_share_of_ttft(x, pre) - share
+
+    lo, hi = 1.0, 1e7
+    if excess(lo) <= 0:
+        return 0.0
+    if excess(hi) > 0:
+        return math.inf
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        if excess(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 0.5:
+            break
+    return hi
+
+
+# --- layer-by-layer sending -----------------------------------------------------------------------
+
+
+def exposed_transfer_seconds(prefill_s: float, transfer_s: float, layers: int,
+                             per_message_s: float = 0.0) -> float:
+    """Transfer still running when prefill ends, if each layer's KV is sent once it is computed.
+
+    Per layer: compute ``prefill_s / layers``, send ``per_message_s + transfer_s / layers``. The
+    exact pipeline result is max(x, L x - (L - 1) c): one layer's send when the link keeps up
+    (x <= c), otherwise the whole transfer minus the prefill it hid behind (plus one layer).
+    """
+    non_negative("prefill_s", prefill_s)
+    non_negative("transfer_s", transfer_s)
+    layers = check_int("layers", layers, lo=1)
+    non_negative("per_message_s", per_message_s)
+    if transfer_s == 0 and per_message_s == 0:
+        return 0.0
+    if prefill_s == 0:
+        return layers * per_message_s + transfer_s
+    return evaluate("exposed_transfer", t_pre=prefill_s, t_x=transfer_s, L=layers, t_m=per_message_s)
+
+
+def simulate_layerwise(prefill_s: float, transfer_s: float, layers: int,
+                       per_message_s: float = 0.0) -> float:
+    """Event-by-event version of :func:`exposed_transfer_seconds` (for checking it)."""
+    c = prefill_s / layers
+    x = per_message_s + transfer_s / layers
+    link_free = 0.0
+    for i in range(1, layers + 1):
+        link_free = max(i * c, link_free) + x
+    return max(link_free - layers * c, 0.0)
+
+
+# --- re-sharding between tensor-parallel layouts --------------------------------------------------
+
+
+def heads_on_gpu(kv_heads: int, tp: int, rank: int) -> tuple[int, ...]:
+    """KV heads held by GPU ``rank`` of ``tp``: an even split when tp divides kv_heads, else
+    (tp > kv_heads, a multiple of it) each head replicated on tp / kv_heads neighbouring GPUs, as
+    vLLM and SGLang do."""
+    kv_heads = check_int("kv_heads", kv_heads, lo=1)
+    tp = check_int("tp", tp, lo=1)
+    rank = check_int("rank", rank, lo=0, hi=tp - 1)
+    if kv_heads % tp == 0:
+        per = kv_heads // tp
+        return tuple(range(rank * per, (rank + 1) * per))
+    if tp % kv_heads == 0:
+        return (rank // (tp // kv_heads),)
+    raise ValueError(f"tp must divide kv_heads ({kv_heads}) or be a multiple of it, got {tp}")
+
+
+@dataclass(frozen=True)
+class Resharding:
+    """Messages that move one request's KV from a TP-``prefill_tp`` to a TP-``decode_tp`` layout."""
+
+    prefill_tp: int
+    decode_tp: int
+    kv_heads: int
+    messages: tuple[tuple[int, int, tuple[int, ...], float], ...]  # (src, dst, heads, bytes)
+    bytes_per_head: float
+
+    @property
+    def n_messages(self) -> int:
+        return len(self.messages)
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(m[3] for m in self.messages)
+
+    def sent_bytes(self) -> list[float]:
+        """Bytes each prefill GPU sends."""
+        out = [0.0] * self.prefill_tp
+        for src, _, _, nbytes in self.messages:
+            out[src] += nbytes
+        return out
+
+    def received_bytes(self) -> list[float]:
+        """Bytes each decode GPU receives."""
+        out = [0.0] * self.decode_tp
+        for _, dst, _, nbytes in self.messages:
+            out[dst] += nbytes
+        return out
+
+    def sources_per_decode_gpu(self) -> list[int]:
+        """How many prefill GPUs each decode GPU hears from."""
+        out = [set() for _ in range(self.decode_tp)]
+        for src, dst, _, _ in self.messages:
+            out[dst].add(src)
+        return [len(s) for s in out]
+
+    def seconds(self, link_bytes_per_s: float, setup_s: float = 0.0) -> float:
+        """Time when every GPU has its own full-duplex link: the busiest sender or receiver."""
+        positive("link_bytes_per_s", link_bytes_per_s)
+        non_negative("setup_s", setup_s)
+        busiest = max(max(self.sent_bytes()), max(self.received_bytes()))
+        return setup_s + busiest / link_bytes_per_s
+
+
+def reshard(kv_heads: int, prefill_tp: int, decode_tp: int, request_bytes: float) -> Resharding:
+    """Plan the messages: every decode GPU gets each head it needs from one prefill GPU holding it.
+
+    Where the prefill side replicates a head, decode GPUs take it from the replicas in turn, so the
+    senders share the work. One message per (prefill GPU, decode GPU) pair, carrying all its heads.
+    """
+    kv_heads = check_int("kv_heads", kv_heads, lo=1)
+    non_negative("request_bytes", request_bytes)
+    per_head = request_bytes / kv_heads
+    holders: dict[int, list[int]] = {}
+    for r in range(check_int("prefill_tp", prefill_tp, lo=1)):
+        for hd in heads_on_gpu(kv_heads, prefill_tp, r):
+            holders.setdefault(hd, []).append(r)
+    pairs: dict[tuple[int, int], list[int]] = {}
+    taken: dict[int, int] = {}
+    for dst in range(check_int("decode_tp", decode_tp, lo=1)):
+        for hd in heads_on_gpu(kv_heads, decode_tp, dst):
+            reps = holders[hd]
+            src = reps[taken.get(hd, 0) % len(reps)]
+            taken[hd] = taken.get(hd, 0) + 1
+            pairs.setdefault((src, dst), []).append(hd)
+    messages = tuple((s, d, tuple(hs), len(hs) * per_head) for (s, d), hs in sorted(pairs.items()))
+    return Resharding(prefill_tp, decode_tp, kv_heads, messages, per_head)
+
+
+# --- pool sizing ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """Prefill and decode pools for one traffic mix."""
+
+    prefill_demand_tokens_per_s: float
+    prefill_exact: float  # replicas' worth of prefill work
+    decode_concurrency: float  # requests decoding at once (Little's law)
+    max_batch: int  # largest batch that meets the TPOT target
+    decode_exact: float  # replicas' worth of decode work
+    prefill: int  # deployed (rounded up)
+    decode: int
+
+    @property
+    def total(self) -> int:
+        return self.prefill + self.decode
+
+    @property
+    def ratio(self) -> float:
+        """P / D."""
+        return self.prefill / self.decode
+
+
+def size_pools(rate_rps: float, prompt_tokens: float, output_tokens: float, tpot_s: float,
+               hit_rate: float = 0.0, cost=COST) -> PoolPlan:
+    """Pools for a traffic mix under the cost model ``cost`` (wraps :func:`kvlab.calc.pool_sizes`)."""
+    fraction("hit_rate", hit_rate)
+    mu = cost.prefill_tokens_per_s
+    p, d = calc.pool_sizes(rate_rps, prompt_tokens, output_tokens, tpot_s, hit_rate, mu,
+                           cost.decode_base_s, cost.decode_per_request_s)
+    batch = calc.max_decode_batch(tpot_s, cost.decode_base_s, cost.decode_per_request_s)
+    conc = calc.decode_concurrency(rate_rps, output_tokens, tpot_s)
+    return PoolPlan(
+        prefill_demand_tokens_per_s=calc.prefill_demand(rate_rps, prompt_tokens, hit_rate),
+        prefill_exact=calc.prefill_replicas_exact(rate_rps, prompt_tokens, hit_rate, mu),
+        decode_concurrency=conc,
+        max_batch=batch,
+        decode_exact=conc / batch,
+        prefill=p,
+        decode=d,
+    )
+
+
+# --- roofline -----------------------------------------------------------------------------------
+
+
+def prefill_intensity(model: ModelShape, prompt_tokens: float, bytes_per_param: float = 2,
+                      kv_bytes_per_value: float = 2, attention: bool = True) -> float:
+    """FLOP per byte of a prefill pass of ``prompt_tokens`` tokens (weights read once)."""
+    positive("prompt_tokens", prompt_tokens)
+    positive("bytes_per_param", bytes_per_param)
+    kvb = calc.model_kv_bytes_per_token(model, kv_bytes_per_value)
+    if not attention:
+        return calc.arithmetic_intensity(prompt_tokens, bytes_per_param)
+    return evaluate("prefill_intensity", N_params=model.params, P=prompt_tokens, L=model.layers,
+                    d_model=model.d_model, b=bytes_per_param, beta=kvb)
+
+
+def decode_intensity(model: ModelShape, batch: float, context_tokens: float,
+                     bytes_per_param: float = 2, kv_bytes_per_value: float = 2) -> float:
+    """FLOP per byte of a decode step: ``batch`` requests share one read of the weights, but each
+    reads its own ``context_tokens`` tokens of KV."""
+    positive("batch", batch)
+    positive("context_tokens", context_tokens)
+    positive("bytes_per_param", bytes_per_param)
+    kvb = calc.model_kv_bytes_per_token(model, kv_bytes_per_value)
+    return evaluate("decode_intensity", N_params=model.params, n_b=batch, n_ctx=context_tokens,
+                    L=model.layers, d_model=model.d_model, b=bytes_per_param, beta=kvb)
+
+
+def attainable_flops(intensity: float, gpu: hardware.GPU = hardware.H100_SXM) -> float:
+    """Roofline: min(peak FLOP/s, intensity x HBM bandwidth) for one GPU."""
+    positive("intensity", intensity)
+    return min(gpu.dense_fp16_flops, intensity * gpu.hbm_bytes_per_s)
+
+
+def bound(intensity: float, gpu: hardware.GPU = hardware.H100_SXM) -> str:
+    """'compute' above the GPU's ridge point, 'memory' below it."""
+    positive("intensity", intensity)
+    return "compute" if intensity >= gpu.ridge_flops_per_byte else "memory"
+
+
+@dataclass(frozen=True)
+class CostModelCheck:
+    """What the book's assumed cost model implies for a replica of ``gpus`` GPUs."""
+
+    implied_flops: float  # weight FLOP/s needed for prefill_s_per_token
+    peak_flops: float  # gpus x dense fp16 peak
+    implied_mfu: float  # implied / peak
+    weight_read_s: float  # ideal time to read every weight once (decode step floor)
+    decode_base_s: float  # assumed fixed part of a decode step
+    bandwidth_use: float  # weight_read_s / decode_base_s
+    kv_read_s_per_request: float  # ideal time to read one request's KV at context_tokens
+    decode_per_request_s: float  # assumed
+
+
+def cost_model_check(model: ModelShape, gpu: hardware.GPU = hardware.H100_SXM, gpus: int = 8,
+                     cost=COST, context_tokens: float = 3_300, bytes_per_param: float = 2
+                     ) -> CostModelCheck:
+    """Compare the assumed cost model with the roofline ideal on ``gpus`` GPUs."""
+    gpus = check_int("gpus", gpus, lo=1)
+    positive("context_tokens", context_tokens)
+    implied = evaluate("implied_flops", N_params=model.params, tau=cost.prefill_s_per_token)
+    mfu = evaluate("implied_mfu", N_params=model.params, tau=cost.prefill_s_per_token, n_gpu=gpus,
+                   F_peak=gpu.dense_fp16_flops)
+    w_s = evaluate("weight_read_seconds", N_params=model.params, b=bytes_per_param, n_gpu=gpus,
+                   W_hbm=gpu.hbm_bytes_per_s)
+    kv_s = calc.kv_bytes(context_tokens, calc.model_kv_bytes_per_token(model)) / (
+        gpus * gpu.hbm_bytes_per_s)
+    return CostModelCheck(implied, gpus * gpu.dense_fp16_flops, mfu, w_s, cost.decode_base_s,
+                          w_s / cost.decode_base_s, kv_s, cost.decode_per_request_s)
+
+
+__all__ = [
+    "FORMULAS", "LINKS", "PRECISION_BYTES", "CostModelCheck", "KVTransfer", "PoolPlan", "Resharding",
+    "attainable_flops", "bound", "bytes_per_value", "cost_model_check", "crossover_prompt_tokens",
+    "decode_intensity", "evaluate", "exposed_transfer_seconds", "heads_on_gpu", "kv_transfer",
+    "latex", "link_bandwidth", "prefill_intensity", "reshard", "simulate_layerwise", "size_pools",
+    "transfer_share_of_ttft",
+]

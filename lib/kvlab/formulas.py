@@ -1,0 +1,177 @@
+"""Every formula of the book, defined once as a sympy expression.
+
+Each entry of :data:`FORMULAS` is a :class:`Formula`: a named left-hand symbol, a right-hand sympy
+expression over named symbols, a one-line meaning and the units. Notebooks render them with
+:func:`latex`, solve them for another unknown with :func:`solve_for`, and :mod:`kvlab.calc` turns
+them into checked numeric functions with ``sympy.lambdify``. Nothing else in the package restates
+these formulas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+# --- symbols (all positive reals unless stated) --------------------------------------------------
+L = sp.Symbol("L", positive=True)  # layers
+H_kv = sp.Symbol("H_kv", positive=True)  # KV heads
+d_h = sp.Symbol("d_h", positive=True)  # head dimension
+b = sp.Symbol("b", positive=True)  # bytes per stored value (2 for fp16, 1 for fp8)
+beta = sp.Symbol("beta", positive=True)  # KV bytes per token
+P = sp.Symbol("P", positive=True)  # prompt tokens
+B_kv = sp.Symbol("B", positive=True)  # bytes to move
+W = sp.Symbol("W", positive=True)  # bandwidth of one link, bytes/s (one way)
+W_bidir = sp.Symbol("W_bidir", positive=True)  # headline both-directions figure, bytes/s
+n_links = sp.Symbol("n_links", positive=True)  # links used in parallel
+t_0 = sp.Symbol("t_0", nonnegative=True)  # fixed set-up latency of a transfer, s
+tp = sp.Symbol("tp", positive=True)  # tensor-parallel degree
+
+S = sp.Symbol("S", nonnegative=True)  # shared system-prompt tokens (cached on every replica)
+H = sp.Symbol("H", nonnegative=True)  # conversation-history tokens (cached on one replica)
+U = sp.Symbol("U", nonnegative=True)  # new, never-seen tokens
+N = sp.Symbol("N", positive=True)  # replicas
+c_tok = sp.Symbol("c", nonnegative=True)  # cached prompt tokens of a request
+lam = sp.Symbol("lambda", positive=True)  # arrival rate, requests/s
+mu = sp.Symbol("mu", positive=True)  # prefill throughput of one replica, prompt tokens/s
+tau = sp.Symbol("tau", positive=True)  # prefill time per prompt token, s (= 1/mu)
+C = sp.Symbol("C", positive=True)  # cache capacity of one replica, tokens
+h = sp.Symbol("h", nonnegative=True)  # prefix hit rate (fraction of prompt tokens cached)
+X = sp.Symbol("X", positive=True)  # a generic load or demand
+
+a = sp.Symbol("a", positive=True)  # decode step fixed cost, s
+k = sp.Symbol("k", positive=True)  # decode step cost per running request, s
+n_b = sp.Symbol("n_b", positive=True)  # running requests in a decode batch
+T = sp.Symbol("T", positive=True)  # TPOT target, s per output token
+O = sp.Symbol("O", positive=True)  # output tokens per request
+Q = sp.Symbol("Q", positive=True)  # requests in the system (Little's law)
+R_time = sp.Symbol("R", positive=True)  # time a request spends in the system, s
+
+N_params = sp.Symbol("N_params", positive=True)  # model parameters
+d_model = sp.Symbol("d_model", positive=True)  # hidden size
+F = sp.Symbol("F", positive=True)  # achieved FLOP/s of a replica
+
+
+@dataclass(frozen=True)
+class Formula:
+    """``lhs = rhs``; ``units`` describes the left-hand side."""
+
+    name: str
+    lhs: sp.Symbol
+    rhs: sp.Expr
+    meaning: str
+    units: str
+
+    @property
+    def equation(self) -> sp.Eq:
+        return sp.Eq(self.lhs, self.rhs, evaluate=False)
+
+    @property
+    def symbols(self) -> list[sp.Symbol]:
+        """The free symbols of the right-hand side, sorted by name (the lambdified argument order)."""
+        return sorted(self.rhs.free_symbols, key=lambda s: s.name)
+
+
+def _f(name, lhs, rhs, meaning, units) -> Formula:
+    return Formula(name, sp.Symbol(lhs, positive=True) if isinstance(lhs, str) else lhs, rhs, meaning, units)
+
+
+# Derived once from simpler statements, so that no formula is restated by hand:
+# the largest batch is the step-time formula a + k n_b = T solved for n_b;
+_MAX_BATCH = sp.solve(sp.Eq(a + k * n_b, T), n_b)[0]
+# requests decoding at once is Little's law with time in system = O steps of T seconds;
+_DECODE_CONCURRENCY = (lam * R_time).subs(R_time, O * T)
+# prefill FLOPs: 2 FLOPs per parameter per token, plus QK^T and AV over the causal triangle
+# (2 matmuls x 2 FLOPs x P^2/2 pairs x d_model per layer = 2 L P^2 d_model);
+_PREFILL_FLOPS = 2 * N_params * P + 2 * L * P**2 * d_model
+# attention-aware prefill time at the FLOP/s F that makes the weight FLOPs cost tau per token.
+_PREFILL_ATTENTION_SECONDS = sp.factor(_PREFILL_FLOPS / F).subs(F, 2 * N_params / tau)
+
+FORMULAS: dict[str, Formula] = {
+    f.name: f
+    for f in [
+        # KV cache size
+        _f("kv_bytes_per_token", beta, 2 * L * H_kv * d_h * b,
+           "K and V, for every layer and KV head, one head_dim vector each", "bytes per token"),
+        _f("kv_bytes", "B_req", P * beta, "KV cache of a P-token prompt", "bytes"),
+        _f("cache_bytes", "M", C * beta, "memory to keep C tokens of KV", "bytes"),
+        # moving it
+        _f("one_way_bandwidth", W, W_bidir / 2,
+           "one direction of a link quoted as both directions together", "bytes/s"),
+        _f("per_gpu_share", "B_gpu", B_kv / tp,
+           "bytes each GPU holds and sends when KV heads are split over tp GPUs", "bytes"),
+        _f("transfer_seconds", "t_xfer", t_0 + B_kv / (n_links * W),
+           "time to move B bytes over n_links links in parallel", "s"),
+        # Problem 8: what routing does to the hit rate
+        _f("cached_tokens_random", "c_rand", S + H / N,
+           "expected cached tokens when a request lands on a random one of N replicas", "tokens"),
+        _f("cached_tokens_cache_aware", "c_aware", S + H,
+           "cached tokens when the router finds the replica holding the history", "tokens"),
+        _f("hit_fraction", h, c_tok / (S + H + U), "share of the prompt served from cache", "1"),
+        _f("prefill_load", "X_pre", lam * (S + H + U - c_tok),
+           "prompt tokens per second the fleet must compute", "tokens/s"),
+        _f("fleet_prefill_capacity", "X_cap", N * mu, "prompt tokens per second N replicas can compute",
+           "tokens/s"),
+        _f("capacity_share", "rho", X / (N * mu), "share of the fleet's prefill capacity in use", "1"),
+        _f("prefill_seconds", "t_pre", (S + H + U - c_tok) * tau,
+           "prefill time of one request under the linear cost model", "s"),
+        _f("fleet_cache_tokens", "C_fleet", N * C, "tokens the whole fleet can keep cached", "tokens"),
+        _f("histories_that_fit", "n_hist", N * C / H, "H-token histories the fleet cache can hold", "1"),
+        # Problem 22: sizing the pools
+        _f("prefill_demand", "X_P", lam * P * (1 - h), "prompt tokens per second still to compute",
+           "tokens/s"),
+        _f("prefill_replicas_exact", "n_P", lam * P * (1 - h) / mu,
+           "prefill replicas' worth of work (round up to deploy)", "replicas"),
+        _f("decode_step_seconds", "t_step", a + k * n_b, "one decode step with n_b running requests",
+           "s"),
+        _f("max_decode_batch", "n_max", _MAX_BATCH,
+           "largest batch whose step time meets the TPOT target (round down)", "requests"),
+        _f("littles_law", Q, lam * R_time, "requests in a system = arrival rate x time in it",
+           "requests"),
+        _f("decode_concurrency", "Q_D", _DECODE_CONCURRENCY,
+           "requests decoding at once: each stays O steps of T seconds", "requests"),
+        _f("decode_replicas_exact", "n_D", _DECODE_CONCURRENCY / _MAX_BATCH,
+           "decode replicas' worth of work (round up to deploy)", "replicas"),
+        # prefill compute with attention
+        _f("prefill_flops", "F_pre", _PREFILL_FLOPS,
+           "matmul FLOPs of a P-token prefill: weights plus causal attention (QK^T and AV)",
+           "FLOP"),
+        _f("prefill_seconds_attention", "t_pre_att", _PREFILL_ATTENTION_SECONDS,
+           "prefill time when the linear cost tau per token is the weight FLOPs at the same FLOP/s",
+           "s"),
+        _f("arithmetic_intensity_linear", "I", 2 * n_b / b,
+           "FLOP per byte of weights read when n_b tokens share one pass over the weights", "FLOP/byte"),
+    ]
+}
+
+
+def formula(name: str) -> Formula:
+    try:
+        return FORMULAS[name]
+    except KeyError:
+        raise ValueError(f"name must be one of {sorted(FORMULAS)}, got {name!r}") from None
+
+
+def latex(name: str) -> str:
+    """The formula as LaTeX, ``lhs = rhs``."""
+    f = formula(name)
+    return f"{sp.latex(f.lhs)} = {sp.latex(f.rhs)}"
+
+
+def solve_for(name: str, symbol: sp.Symbol) -> sp.Expr:
+    """Solve the formula ``name`` for ``symbol`` (one solution expected)."""
+    f = formula(name)
+    solutions = sp.solve(sp.Eq(f.lhs, f.rhs), symbol)
+    if len(solutions) != 1:
+        raise ValueError(f"expected one solution for {symbol} in {name}, got {solutions}")
+    return solutions[0]
+
+
+def substituted(name: str, **values) -> sp.Expr:
+    """The right-hand side with some symbols replaced by numbers (keys are symbol names)."""
+    f = formula(name)
+    by_name = {s.name: s for s in f.rhs.free_symbols}
+    unknown = set(values) - set(by_name)
+    if unknown:
+        raise ValueError(f"{name} has no symbols {sorted(unknown)}; it has {sorted(by_name)}")
+    return f.rhs.subs({by_name[key]: sp.nsimplify(v) for key, v in values.items()})

@@ -1,0 +1,93 @@
+"""Accelerator and network figures, each with its source.
+
+Link figures are kept as the vendors quote them: NVLink and PCIe headline numbers count both
+directions together, so one direction gets half (``one_way``). All bandwidths are decimal bytes per
+second (1 GB/s = 1e9 B/s); memory sizes are decimal bytes as the vendors print them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GB = 1e9
+TB = 1e12
+TFLOPS = 1e12
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator. ``*_bidir_bytes_per_s`` are the vendor's both-directions figures."""
+
+    name: str
+    hbm_bytes: float
+    hbm_bytes_per_s: float
+    nvlink_bidir_bytes_per_s: float | None
+    pcie_bidir_bytes_per_s: float
+    dense_fp16_flops: float
+    source: str
+
+    @property
+    def nvlink_one_way_bytes_per_s(self) -> float | None:
+        return None if self.nvlink_bidir_bytes_per_s is None else one_way(self.nvlink_bidir_bytes_per_s)
+
+    @property
+    def pcie_one_way_bytes_per_s(self) -> float:
+        return one_way(self.pcie_bidir_bytes_per_s)
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """FLOPs the GPU can do per byte of HBM traffic: above this a kernel is compute-bound."""
+        return self.dense_fp16_flops / self.hbm_bytes_per_s
+
+
+def one_way(bidirectional_bytes_per_s: float) -> float:
+    """One direction of a link whose headline figure counts both directions."""
+    return bidirectional_bytes_per_s / 2
+
+
+_H100_PAGE = "NVIDIA H100 Tensor Core GPU product page and datasheet (nvidia.com/en-us/data-center/h100)"
+
+H100_SXM = GPU("H100 SXM", 80 * GB, 3.35 * TB, 900 * GB, 128 * GB, 989 * TFLOPS, _H100_PAGE)
+H100_NVL = GPU("H100 NVL", 94 * GB, 3.9 * TB, 600 * GB, 128 * GB, 835 * TFLOPS, _H100_PAGE)
+H200 = GPU(
+    "H200",
+    141 * GB,
+    4.8 * TB,
+    900 * GB,
+    128 * GB,
+    989 * TFLOPS,
+    "NVIDIA H200 product page (nvidia.com/en-us/data-center/h200)",
+)
+A100_80GB = GPU(
+    "A100 80GB SXM",
+    80 * GB,
+    2.039 * TB,
+    600 * GB,
+    64 * GB,
+    312 * TFLOPS,
+    "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100)",
+)
+L4 = GPU("L4", 24 * GB, 300 * GB, None, 64 * GB, 121 * TFLOPS, "NVIDIA L4 datasheet")
+T4 = GPU("T4", 16 * GB, 320 * GB, None, 32 * GB, 65 * TFLOPS, "NVIDIA T4 datasheet (mixed-precision peak)")
+
+GPUS = {g.name: g for g in (H100_SXM, H100_NVL, H200, A100_80GB, L4, T4)}
+
+#: One 400 Gb/s NDR InfiniBand NIC per GPU, the book's assumption: 400e9 / 8 = 50 GB/s one way.
+NIC_NDR_BYTES_PER_S = 400e9 / 8
+NIC_SOURCE = "NVIDIA ConnectX-7 / NDR InfiniBand: 400 Gb/s per port, per direction"
+
+
+def find_gpu(device_name: str) -> GPU | None:
+    """Best match for a name reported by the driver ('NVIDIA H100 80GB HBM3' -> H100 SXM)."""
+    n = device_name.upper()
+    if "H200" in n:
+        return H200
+    if "H100" in n:
+        return H100_NVL if "NVL" in n else H100_SXM
+    if "A100" in n:
+        return A100_80GB
+    if "L4" in n.split() or n.endswith(" L4"):
+        return L4
+    if "T4" in n:
+        return T4
+    return None

@@ -1,0 +1,233 @@
+"""Routing policies: which replica serves a request.
+
+The object API is tiny and stable, for any simulator (the fleet simulator here, a time-based
+queueing simulator elsewhere)::
+
+    router = make_router("cache_aware", replicas=8, seed=0, epsilon=0.05, lam=0.0)
+    r = router.choose(key, matched_tokens, loads)   # -> replica index in [0, replicas)
+
+- ``key``: the request's conversation / session id (an int; strings are hashed with blake2b).
+  Used by "sticky"; ignored by the others.
+- ``matched_tokens``: per-replica array, the prompt tokens the router believes each replica has
+  cached (its *view*). Used by "cache_aware" only; others accept None.
+- ``loads``: per-replica array of load in the caller's unit (the fleet simulator passes prefill
+  tokens computed so far; a queueing simulator may pass queued work). Used by "cache_aware" only.
+
+Policies:
+
+- ``random``: uniform over replicas from a seeded generator.
+- ``round_robin``: 0, 1, 2, ... in turn.
+- ``sticky``: ``key mod replicas`` ("modulo", default), or the owner of the key on a consistent-hash
+  ring with virtual nodes (``sticky="ring"``, see :class:`HashRing`).
+- ``cache_aware``: among replicas with load <= (1 + epsilon) x mean load, the one that maximises
+  matched_tokens - lam x load; ties go to the less loaded, then to the lower index.
+
+``view`` ("stale" or "exact") is recorded on the router for the caller: under "stale" the caller
+passes the router's own record of what it routed where (it never learns of evictions, like
+SGLang's approximate radix tree); under "exact" the real cache contents (replicas report KV events,
+like NVIDIA Dynamo's KV router). The router itself only sees the numbers it is given.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+
+import numpy as np
+
+from ._validate import check_choice, check_int, check_number, non_negative
+
+__all__ = ["POLICIES", "CacheAwareRouter", "HashRing", "RandomRouter", "RoundRobinRouter",
+           "Router", "StickyRouter", "make_router", "stable_hash"]
+
+POLICIES = ("random", "round_robin", "sticky", "cache_aware")
+_BUFFER = 4096
+
+
+def stable_hash(key, seed: int = 0) -> int:
+    """A 64-bit hash of ``key`` (int or str) that is the same in every process (blake2b)."""
+    data = f"{seed}\x1f{key}".encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+class HashRing:
+    """A consistent-hash ring: each replica owns ``vnodes`` points; a key goes to the owner of the
+    first point clockwise from the key's hash. Adding a replica moves only the keys that land on
+    its new points (about 1 / (N + 1) of them)."""
+
+    def __init__(self, replicas: int, vnodes: int = 100, seed: int = 0):
+        self.replicas = 0
+        self.vnodes = check_int("vnodes", vnodes, lo=1, hi=100_000)
+        self.seed = check_int("seed", seed, lo=0)
+        self._points: list[int] = []
+        self._owners: list[int] = []
+        for _ in range(check_int("replicas", replicas, lo=1, hi=100_000)):
+            self.add_replica()
+
+    def add_replica(self) -> int:
+        """Add one replica (index = the old replica count) and return its index."""
+        r = self.replicas
+        for v in range(self.vnodes):
+            h = stable_hash(f"replica-{r}-vnode-{v}", self.seed)
+            i = bisect.bisect_left(self._points, h)
+            self._points.insert(i, h)
+            self._owners.insert(i, r)
+        self.replicas += 1
+        return r
+
+    def lookup(self, key) -> int:
+        """The replica that owns ``key``."""
+        h = stable_hash(key, self.seed)
+        i = bisect.bisect_right(self._points, h)
+        return self._owners[i % len(self._points)]
+
+    def lookup_many(self, keys) -> np.ndarray:
+        return np.array([self.lookup(int(k) if isinstance(k, np.integer) else k) for k in keys],
+                        dtype=np.int64)
+
+
+class Router:
+    """Base class: ``choose(key, matched_tokens, loads) -> int``."""
+
+    policy = ""
+    view = "stale"
+
+    def __init__(self, replicas: int):
+        self.replicas = check_int("replicas", replicas, lo=1, hi=100_000)
+
+    def choose(self, key, matched_tokens=None, loads=None) -> int:  # pragma: no cover
+        raise NotImplementedError
+
+    def choose_many(self, keys) -> np.ndarray:
+        """Choices for a whole stream of keys (only for policies that ignore cache and load);
+        identical to calling :meth:`choose` once per key."""
+        return np.array([self.choose(k) for k in keys], dtype=np.int64)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(replicas={self.replicas})"
+
+
+class RandomRouter(Router):
+    policy = "random"
+
+    def __init__(self, replicas: int, seed: int = 0):
+        super().__init__(replicas)
+        self.rng = np.random.default_rng(check_int("seed", seed, lo=0))
+        self._buf = np.empty(0, dtype=np.int64)
+        self._pos = 0
+
+    def _refill(self):
+        self._buf = self.rng.integers(0, self.replicas, size=_BUFFER)
+        self._pos = 0
+
+    def choose(self, key=None, matched_tokens=None, loads=None) -> int:
+        if self._pos >= len(self._buf):
+            self._refill()
+        self._pos += 1
+        return int(self._buf[self._pos - 1])
+
+    def choose_many(self, keys) -> np.ndarray:
+        n = len(keys)
+        out = np.empty(n, dtype=np.int64)
+        done = 0
+        while done < n:
+            if self._pos >= len(self._buf):
+                self._refill()
+            take = min(n - done, len(self._buf) - self._pos)
+            out[done:done + take] = self._buf[self._pos:self._pos + take]
+            self._pos += take
+            done += take
+        return out
+
+
+class RoundRobinRouter(Router):
+    policy = "round_robin"
+
+    def __init__(self, replicas: int):
+        super().__init__(replicas)
+        self._next = 0
+
+    def choose(self, key=None, matched_tokens=None, loads=None) -> int:
+        r = self._next
+        self._next = (r + 1) % self.replicas
+        return r
+
+    def choose_many(self, keys) -> np.ndarray:
+        out = (self._next + np.arange(len(keys))) % self.replicas
+        self._next = int((self._next + len(keys)) % self.replicas)
+        return out.astype(np.int64)
+
+
+class StickyRouter(Router):
+    policy = "sticky"
+
+    def __init__(self, replicas: int, sticky: str = "modulo", vnodes: int = 100, seed: int = 0):
+        super().__init__(replicas)
+        self.sticky = check_choice("sticky", sticky, {"modulo", "ring"})
+        self.ring = HashRing(replicas, vnodes, seed) if sticky == "ring" else None
+        self.seed = seed
+
+    def choose(self, key, matched_tokens=None, loads=None) -> int:
+        if self.ring is not None:
+            return self.ring.lookup(int(key) if isinstance(key, np.integer) else key)
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            return int(key) % self.replicas
+        return stable_hash(key, self.seed) % self.replicas
+
+    def choose_many(self, keys) -> np.ndarray:
+        keys = np.asarray(keys)
+        if self.ring is None and keys.dtype.kind in "iu":
+            return (keys % self.replicas).astype(np.int64)
+        uniq, inv = np.unique(keys, return_inverse=True)
+        return np.array([self.choose(k) for k in uniq.tolist()], dtype=np.int64)[inv]
+
+
+class CacheAwareRouter(Router):
+    policy = "cache_aware"
+
+    def __init__(self, replicas: int, epsilon: float = 0.05, lam: float = 0.0,
+                 view: str = "stale"):
+        super().__init__(replicas)
+        self.epsilon = non_negative("epsilon", epsilon)
+        self.lam = non_negative("lam", lam)
+        self.view = check_choice("view", view, {"stale", "exact"})
+
+    def choose(self, key, matched_tokens, loads) -> int:
+        m = np.asarray(matched_tokens, dtype=float)
+        ld = np.asarray(loads, dtype=float)
+        if m.shape != (self.replicas,) or ld.shape != (self.replicas,):
+            raise ValueError(f"matched_tokens and loads must have shape ({self.replicas},), got "
+                             f"{m.shape} and {ld.shape}")
+        threshold = (1.0 + self.epsilon) * (float(ld.sum()) / self.replicas)
+        best, best_score, best_load = -1, 0.0, 0.0
+        for r in range(self.replicas):
+            load = ld[r]
+            if load > threshold:
+                continue
+            score = m[r] - self.lam * load
+            if best < 0 or score > best_score or (score == best_score and load < best_load):
+                best, best_score, best_load = r, score, load
+        return best
+
+    def choose_many(self, keys):  # pragma: no cover - needs the cache state
+        raise TypeError("cache_aware needs matched_tokens and loads per request: call choose()")
+
+
+def make_router(policy: str, replicas: int, *, seed: int = 0, epsilon: float = 0.05,
+                lam: float = 0.0, sticky: str = "modulo", view: str = "stale",
+                vnodes: int = 100) -> Router:
+    """A router for ``policy`` in POLICIES over ``replicas`` replicas (see the module docstring)."""
+    check_choice("policy", policy, set(POLICIES))
+    check_choice("view", view, {"stale", "exact"})
+    check_choice("sticky", sticky, {"modulo", "ring"})
+    check_number("epsilon", epsilon, lo=0)
+    if policy == "random":
+        router = RandomRouter(replicas, seed)
+    elif policy == "round_robin":
+        router = RoundRobinRouter(replicas)
+    elif policy == "sticky":
+        router = StickyRouter(replicas, sticky, vnodes, seed)
+    else:
+        router = CacheAwareRouter(replicas, epsilon, lam, view)
+    router.view = view
+    return router

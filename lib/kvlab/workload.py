@@ -1,0 +1,171 @@
+"""The routing demo's chat workload (see spec/demo.md), materialisable as token ids.
+
+A fleet of ``conversations`` chats shares ``system_prompts`` system prompts of ``system_tokens``
+tokens (conversation c uses prompt c mod system_prompts). Each request picks a conversation with
+Zipf probability proportional to 1 / (c + 1)**skew. Turn t of a chat has a history of
+``history_start + t * history_step`` tokens; the prompt is system prompt + history + ``new_tokens``
+new user tokens, and the model answers ``output_tokens`` tokens. The previous prompt plus its answer
+is a prefix of the next prompt of the same chat. After the turn whose history reaches
+``history_max`` the conversation starts over as a new chat ("generation" + 1) that shares nothing
+with the old one but the system prompt.
+
+Token ids are drawn from a stable 64-bit mix of (seed, content stream, position), reduced to
+[0, 2**31): every request can be replayed through any cache implementation, including a
+brute-force one. The simulator itself only needs the per-request arrays (``conversation``,
+``generation``, ``history_tokens``, ``prompt_tokens`` ...) and :meth:`ChatWorkload.paths`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._validate import check_int, check_number
+
+__all__ = ["ChatWorkload", "Paths", "stream_ids"]
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _stream_key(*parts) -> int:
+    """A stable 64-bit key for a content stream (blake2b of its description)."""
+    text = ":".join(str(p) for p in parts).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
+
+
+def stream_ids(key: int, start: int, stop: int) -> np.ndarray:
+    """Token ids at positions [start, stop) of the content stream ``key`` (splitmix64, < 2**31)."""
+    with np.errstate(over="ignore"):
+        x = np.uint64(key) + np.arange(start, stop, dtype=np.uint64) * _GOLD
+        x = (x ^ (x >> np.uint64(30))) * _M1
+        x = (x ^ (x >> np.uint64(27))) * _M2
+        x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(33)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Paths:
+    """A request stream as cache paths, the simulator's input.
+
+    Request i touches the entries ``keys[offsets[i]:offsets[i+1]]`` in path order; entry j holds
+    ``blocks[j]`` full blocks of prompt + answer. An entry is a run of blocks that is always touched
+    whole (a system prompt, a chat, a trace block): equal keys mean equal content and equal prefix.
+    ``max_hit_blocks[i]`` = (prompt_tokens - 1) // block_size: the last prompt token is always
+    computed. ``kind`` is "chat" (two entries per request: system prompt, chat) or "general".
+    """
+
+    block_size: int
+    offsets: np.ndarray
+    keys: np.ndarray
+    blocks: np.ndarray
+    max_hit_blocks: np.ndarray
+    kind: str = "general"
+
+
+class ChatWorkload:
+    """The demo's chat traffic: ``len(w)`` requests, ``w.tokens(i)`` -> (prompt_ids, output_ids).
+
+    Per-request arrays (numpy, length ``len(w)``): ``conversation``, ``generation`` (how many times
+    the conversation started over before this request), ``turn`` (0 at a chat's first request),
+    ``system_prompt``, ``history_tokens``, ``prompt_tokens``, ``output_tokens``.
+    """
+
+    def __init__(
+        self,
+        conversations: int = 500,
+        skew: float = 1.0,
+        requests: int = 20_000,
+        seed: int = 0,
+        system_prompts: int = 4,
+        system_tokens: int = 2000,
+        history_start: int = 500,
+        history_step: int = 500,
+        history_max: int = 20_000,
+        new_tokens: int = 300,
+        output_tokens: int = 200,
+    ):
+        self.conversations = check_int("conversations", conversations, lo=1, hi=10_000_000)
+        self.skew = check_number("skew", skew, lo=0, hi=10)
+        self.requests = check_int("requests", requests, lo=1, hi=100_000_000)
+        self.seed = check_int("seed", seed, lo=0)
+        self.system_prompts = check_int("system_prompts", system_prompts, lo=1, hi=1_000_000)
+        self.system_tokens = check_int("system_tokens", system_tokens, lo=0, hi=10_000_000)
+        self.history_start = check_int("history_start", history_start, lo=0, hi=10_000_000)
+        self.new_tokens = check_int("new_tokens", new_tokens, lo=1, hi=10_000_000)
+        self.output_tokens_per_turn = check_int("output_tokens", output_tokens, lo=0, hi=10_000_000)
+        self.history_step = check_int(
+            "history_step", history_step, lo=self.new_tokens + self.output_tokens_per_turn,
+            hi=10_000_000,
+        )  # the next history holds the previous new message and answer
+        self.history_max = check_int("history_max", history_max, lo=self.history_start,
+                                     hi=1_000_000_000)
+        #: turns per chat: the turn whose history reaches history_max is the last one
+        self.turns_per_chat = -(-(self.history_max - self.history_start) // self.history_step) + 1
+
+        rng = np.random.default_rng(self.seed)
+        weights = 1.0 / np.arange(1, self.conversations + 1, dtype=float) ** self.skew
+        conv = rng.choice(self.conversations, size=self.requests, p=weights / weights.sum())
+        # k-th visit of each conversation (0-based), vectorised
+        order = np.argsort(conv, kind="stable")
+        sorted_conv = conv[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(sorted_conv)) + 1]
+        group_start = np.repeat(starts, np.diff(np.r_[starts, len(conv)]))
+        visit = np.empty(len(conv), dtype=np.int64)
+        visit[order] = np.arange(len(conv)) - group_start
+
+        self.conversation = conv.astype(np.int64)
+        self.generation = visit // self.turns_per_chat
+        self.turn = visit % self.turns_per_chat
+        self.system_prompt = self.conversation % self.system_prompts
+        self.history_tokens = self.history_start + self.turn * self.history_step
+        self.prompt_tokens = self.system_tokens + self.history_tokens + self.new_tokens
+        self.output_tokens = np.full(self.requests, self.output_tokens_per_turn, dtype=np.int64)
+        #: a dense id per chat (conversation, generation), used as its cache-entry key
+        self.chat_id = self.conversation + self.conversations * self.generation
+
+    def __len__(self) -> int:
+        return self.requests
+
+    def __repr__(self) -> str:
+        return (f"ChatWorkload(conversations={self.conversations}, skew={self.skew:g}, "
+                f"requests={self.requests}, seed={self.seed})")
+
+    @property
+    def key(self) -> np.ndarray:
+        """The routing key of each request (its conversation id)."""
+        return self.conversation
+
+    def _check_index(self, i) -> int:
+        return check_int("i", i, lo=0, hi=self.requests - 1)
+
+    def tokens(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of request ``i``: (prompt_ids, output_ids), 1-D int64 arrays."""
+        i = self._check_index(i)
+        c, g = int(self.conversation[i]), int(self.generation[i])
+        sys_ids = stream_ids(_stream_key(self.seed, "system", int(self.system_prompt[i])), 0,
+                             self.system_tokens)
+        chat = _stream_key(self.seed, "chat", c, g)
+        n_hist = int(self.history_tokens[i]) + self.new_tokens
+        prompt = np.concatenate([sys_ids, stream_ids(chat, 0, n_hist)])
+        output = stream_ids(chat, n_hist, n_hist + self.output_tokens_per_turn)
+        return prompt, output
+
+    def paths(self, block_size: int = 16) -> Paths:
+        """Each request as two cache entries: its system prompt (the S // block_size blocks shared
+        by every chat on that prompt) and its chat (all later full blocks of prompt + answer)."""
+        bs = check_int("block_size", block_size, lo=1, hi=1_000_000)
+        n = self.requests
+        sys_blocks = self.system_tokens // bs
+        total = (self.prompt_tokens + self.output_tokens) // bs
+        keys = np.empty(2 * n, dtype=np.int64)
+        blocks = np.empty(2 * n, dtype=np.int64)
+        keys[0::2] = self.system_prompt
+        keys[1::2] = self.system_prompts + self.chat_id
+        blocks[0::2] = sys_blocks
+        blocks[1::2] = total - sys_blocks
+        return Paths(bs, np.arange(0, 2 * n + 1, 2), keys, blocks, (self.prompt_tokens - 1) // bs,
+                     kind="chat")
