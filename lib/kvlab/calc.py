@@ -193,6 +193,13 @@ def histories_that_fit(replicas: int, cache_tokens: float, history_tokens: float
     return evaluate("histories_that_fit", N=replicas, C=cache_tokens, H=history_tokens)
 
 
+def tier_break_even_bandwidth(bytes_per_token: float, seconds_per_token: float) -> float:
+    """Bandwidth (bytes/s) above which loading KV from a slower tier beats recomputing it."""
+    positive("bytes_per_token", bytes_per_token)
+    positive("seconds_per_token", seconds_per_token)
+    return evaluate("tier_break_even_bandwidth", beta=bytes_per_token, tau=seconds_per_token)
+
+
 # --- Problem 22: pools ---------------------------------------------------------------------------
 
 

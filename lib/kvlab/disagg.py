@@ -17,8 +17,8 @@ import sympy as sp
 from . import calc, hardware
 from ._validate import check_choice, check_int, check_number, fraction, non_negative, positive
 from .assumptions import COST, NIC_BYTES_PER_S
-from .formulas import N_params, P, b, beta, d_model, n_b, tau
 from .formulas import L as L_sym
+from .formulas import N_params, P, b, beta, d_model, n_b, tau
 from .models import ModelShape
 
 #: Bytes per stored KV value for each precision the book uses.
@@ -96,10 +96,10 @@ FORMULAS: dict[str, tuple[sp.Symbol, sp.Expr, str]] = {
 
 
 @cache
-def _compiled(name: str):
+def _compiled(name: str, module: str = "math"):
     _, rhs, _ = FORMULAS[name]
     symbols = sorted(rhs.free_symbols, key=lambda s: s.name)
-    return [s.name for s in symbols], sp.lambdify(symbols, rhs, modules="math")
+    return [s.name for s in symbols], sp.lambdify(symbols, rhs, modules=module)
 
 
 def evaluate(name: str, **values: float) -> float:
@@ -109,6 +109,15 @@ def evaluate(name: str, **values: float) -> float:
     if set(names) != set(values):
         raise ValueError(f"{name} needs exactly the symbols {names}, got {sorted(values)}")
     return float(fn(*(values[n] for n in names)))
+
+
+def evaluate_array(name: str, **values):
+    """:func:`evaluate` on numpy arrays (element by element, no input checks)."""
+    check_choice("name", name, FORMULAS)
+    names, fn = _compiled(name, "numpy")
+    if set(names) != set(values):
+        raise ValueError(f"{name} needs exactly the symbols {names}, got {sorted(values)}")
+    return fn(*(values[n] for n in names))
 
 
 def latex(name: str) -> str:
@@ -467,7 +476,7 @@ def cost_model_check(model: ModelShape, gpu: hardware.GPU = hardware.H100_SXM, g
 __all__ = [
     "FORMULAS", "LINKS", "PRECISION_BYTES", "CostModelCheck", "KVTransfer", "PoolPlan", "Resharding",
     "attainable_flops", "bound", "bytes_per_value", "cost_model_check", "crossover_prompt_tokens",
-    "decode_intensity", "evaluate", "exposed_transfer_seconds", "heads_on_gpu", "kv_transfer",
+    "decode_intensity", "evaluate", "evaluate_array", "exposed_transfer_seconds", "heads_on_gpu", "kv_transfer",
     "latex", "link_bandwidth", "prefill_intensity", "reshard", "simulate_layerwise", "size_pools",
     "transfer_share_of_ttft",
 ]

@@ -117,6 +117,8 @@ FORMULAS: dict[str, Formula] = {
            "prefill time of one request under the linear cost model", "s"),
         _f("fleet_cache_tokens", "C_fleet", N * C, "tokens the whole fleet can keep cached", "tokens"),
         _f("histories_that_fit", "n_hist", N * C / H, "H-token histories the fleet cache can hold", "1"),
+        _f("tier_break_even_bandwidth", "W_even", beta / tau,
+           "bandwidth at which loading cached KV takes as long as recomputing it", "bytes/s"),
         # Problem 22: sizing the pools
         _f("prefill_demand", "X_P", lam * P * (1 - h), "prompt tokens per second still to compute",
            "tokens/s"),

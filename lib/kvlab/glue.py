@@ -1,31 +1,15 @@
 """Glue computed values into the book's prose, or just show them where myst-nb is absent (Colab).
 
-``glue(name, value)`` records ``value`` under ``name`` for MyST pages (``{glue:text}`` roles) when
-myst-nb is installed; otherwise (Colab, plain Jupyter) it only displays the value, so the same
-notebook runs everywhere. Strings are wrapped so that ``{glue:text}`` shows them without quotes.
+``glue(name, value)`` records ``value`` under ``name`` for MyST pages when myst-nb is installed;
+otherwise (Colab, plain Jupyter) it only displays the value if asked, so the same notebook runs
+everywhere. Glue numbers as preformatted strings (``"655 MB"``): ``{glue:text}`` strips the
+quotes of a string's repr. Pages reference a key as ``{glue:text}`path/to/nb.ipynb::key:``` (the
+trailing colon is an empty format spec, so the text is pasted as it is).
 """
 
 from __future__ import annotations
 
 import sys
-
-
-class Text:
-    """A string whose repr is itself, so a glued '655 MB' renders as 655 MB, not '655 MB'."""
-
-    def __init__(self, text: str):
-        self.text = str(text)
-
-    def __repr__(self) -> str:
-        return self.text
-
-    __str__ = __repr__
-
-    def __eq__(self, other) -> bool:
-        return str(other) == self.text
-
-    def __hash__(self) -> int:
-        return hash(self.text)
 
 
 def in_colab() -> bool:
@@ -34,6 +18,7 @@ def in_colab() -> bool:
 
 
 def has_myst_nb() -> bool:
+    """True when myst-nb can be imported (the book build); False in Colab."""
     try:
         import myst_nb  # noqa: F401
     except ImportError:
@@ -42,15 +27,14 @@ def has_myst_nb() -> bool:
 
 
 def glue(name: str, value, display: bool = False):
-    """Glue ``value`` under ``name`` (strings become :class:`Text`). Returns the glued object."""
-    obj = Text(value) if isinstance(value, str) else value
+    """Glue ``value`` under ``name`` for the book's pages; returns ``value``."""
     try:
         from myst_nb import glue as _glue
     except ImportError:
         if display:
             from IPython.display import display as _display
 
-            _display(obj)
-        return obj
-    _glue(name, obj, display=display)
-    return obj
+            _display(value)
+        return value
+    _glue(name, value, display=display)
+    return value

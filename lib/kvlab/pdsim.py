@@ -161,8 +161,9 @@ class Disaggregated:
         full = self.setup_s + prompt * one.seconds  # linear in tokens (no set-up in ``one``)
         if not self.layerwise:
             return full
-        return np.array([disagg.exposed_transfer_seconds(p, x - self.setup_s, self.model.layers)
-                         + self.setup_s for p, x in zip(prefill_s, full)])
+        exposed = disagg.evaluate_array("exposed_transfer", t_pre=np.asarray(prefill_s, float),
+                                        t_x=full - self.setup_s, L=self.model.layers, t_m=0.0)
+        return self.setup_s + np.asarray(exposed, float)
 
 
 # --- the event loop -----------------------------------------------------------------------------
@@ -229,7 +230,7 @@ class Replica:
             self._start()
 
     # -- one step ---------------------------------------------------------------------------------
-    def _start(self, _=None) -> None:
+    def _start(self) -> None:
         running, waiting = self.running, self.waiting
         while waiting and len(running) < self.max_batch:
             rid, tokens = waiting.popleft()
@@ -294,7 +295,8 @@ class SimResult:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     transfer_s: np.ndarray
-    mean_in_system: float  # time-average of requests in the system, measured by the loop
+    mean_in_system: float  # time-average of requests in the system up to the last arrival,
+    #                       counted by the event loop as requests come and go
     end_s: float  # time the last request finished
     replica_busy_s: np.ndarray  # per replica
 
@@ -371,11 +373,10 @@ class Simulation:
         else:
             self.xfer = np.zeros(n)
         self.loop = EventLoop()
-        self.first = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
         self._in_system = 0
         self._area = 0.0
         self._last = 0.0
+        self._window = (0.0, 0.0)
         self._out = self.output.tolist()
         self._unc = self.uncached.tolist()
         self._xf = self.xfer.tolist()
@@ -405,6 +406,8 @@ class Simulation:
         self._count(+1)
         if rid + 1 < len(self._arr):
             self.loop.at(self._arr[rid + 1], self._arrive, rid + 1)
+        else:  # Little's law window: time zero to the last arrival
+            self._window = (self._area, self.loop.now)
         if isinstance(self.system, Colocated):
             r = min(self.front, key=_load)
         else:
@@ -442,7 +445,7 @@ class Simulation:
     def run(self) -> SimResult:
         self.loop.at(self._arr[0], self._arrive, 0)
         self.loop.run()
-        self._count(0)
+        area, until = self._window
         first, finish = np.array(self._first), np.array(self._finish)
         end = float(np.nanmax(finish))
         replicas = self.front if self.front is self.back else self.front + self.back
@@ -454,7 +457,7 @@ class Simulation:
             prompt_tokens=self.prompt,
             output_tokens=self.output,
             transfer_s=self.xfer,
-            mean_in_system=self._area / end if end > 0 else 0.0,
+            mean_in_system=area / until if until > 0 else 0.0,
             end_s=end,
             replica_busy_s=np.array([r.busy_s for r in replicas]),
         )
@@ -507,5 +510,24 @@ def max_rate(system: Colocated | Disaggregated, traffic: Traffic, ttft_slo_s: fl
 
 __all__ = [
     "Colocated", "Disaggregated", "EventLoop", "Replica", "SimResult", "Simulation", "Traffic",
-    "max_rate", "simulate", "splits",
+    "goodput_table", "max_rate", "simulate", "splits",
 ]
+
+
+def goodput_table(systems, traffic: Traffic, ttft_slo_s: float, tpot_slo_s: float,
+                  target: float = 0.9, lo_rps: float = 0.5, hi_rps: float = 60.0, iters: int = 6,
+                  progress: Callable | None = None, cost: CostModel = COST):
+    """One row per system: its label, P and D (0 for colocated) and :func:`max_rate`.
+
+    ``progress`` wraps the iterable (pass ``tqdm`` for a progress bar). Returns a pandas DataFrame.
+    """
+    import pandas as pd
+
+    systems = list(systems)
+    rows = []
+    for system in (progress(systems) if progress else systems):
+        rate = max_rate(system, traffic, ttft_slo_s, tpot_slo_s, target, lo_rps, hi_rps, iters, cost)
+        p, d = ((system.prefill, system.decode) if isinstance(system, Disaggregated) else (0, 0))
+        rows.append({"system": system.label, "prefill": p, "decode": d, "replicas": system.total,
+                     "max_rate_rps": rate})
+    return pd.DataFrame(rows)

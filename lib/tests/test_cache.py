@@ -317,12 +317,12 @@ def test_capacity_and_pinning_under_concurrency(ops, cap):
     for is_start, (prompt, output, ns), pick in ops:
         for c in (cache, tree):
             if is_start or not running:
-                before = c.blocks() if c is cache else c.render()
+                before = c.blocks() if c is cache else c.paths()
                 req = Request(prompt, output, adapter=ns[0], cache_salt=ns[1])
                 try:
                     c.start(req)
                 except CacheFullError:
-                    after = c.blocks() if c is cache else c.render()
+                    after = c.blocks() if c is cache else c.paths()
                     assert before == after
                     continue
                 running.append((c, req))
@@ -406,7 +406,7 @@ def test_answer_that_does_not_fit():
     c = BlockHashCache(2, block_size=2)
     r = Request([1, 1, 2, 2, 3], output_ids=[3, 4, 4, 5, 5])
     c.start(r)
-    with pytest.raises(CacheFullError, match=r"the answer of request 'r0' needs 2 new blocks"):
+    with pytest.raises(CacheFullError, match=r"the answer of request 'r0' needs 3 new blocks"):
         c.finish(r)
     c.finish(r, cache_output=False)
     c.check_invariants()

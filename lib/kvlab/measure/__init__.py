@@ -21,7 +21,7 @@ Submodules:
 from .copies import CopyResult, copy_kinds, kv_copy_sweep, time_copy
 from .device import Discovery, discover, torch_or_none
 from .prom import counter_delta, hit_rate_from_deltas, parse_metrics, prefix_cache_counters
-from .prompts import build_lab1_prompts, predicted_hit_rate, predicted_cached_tokens
+from .prompts import build_lab1_prompts, predicted_cached_tokens, predicted_hit_rate
 from .results import find_results, load_results, save_results
 from .transfer import SendRecvResult, send_recv
 

@@ -198,7 +198,7 @@ def send_recv(sizes_bytes, backend: str | None = None, repeats: int = 3, warmup:
     if errors:
         raise RuntimeError("send/recv failed: " + "; ".join(errors))
     results = []
-    for sent, received in zip(got[0], got[1]):
+    for sent, received in zip(got[0], got[1], strict=True):
         results.append(SendRecvResult(backend=backend, n_bytes=sent["n_bytes"],
                                       seconds=statistics.median(sent["times_s"]),
                                       times_s=sent["times_s"], sent_checksum=sent["checksum"],
@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     gathered = [None, None]
     dist.all_gather_object(gathered, [r["checksum"] for r in rows])
     if rank == 0:
-        for r, theirs in zip(rows, gathered[1]):
+        for r, theirs in zip(rows, gathered[1], strict=True):
             s = statistics.median(r["times_s"])
             ok = "ok" if r["checksum"] == theirs else "MISMATCH"
             print(f"{backend} {r['n_bytes'] / 1e6:10.1f} MB  {s * 1e3:9.3f} ms  "

@@ -1,0 +1,263 @@
+"""Tests of kvlab.measure: the CPU paths of the labs and the pure parts of the vLLM runner."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from kvlab import calc, models
+from kvlab.measure import copies, device, prom, prompts, results
+
+torch = pytest.importorskip("torch")
+
+# A recorded /metrics sample in the shape vLLM's V1 server writes (values made up for the test).
+SAMPLE_BEFORE = """\
+# HELP vllm:prefix_cache_queries Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{engine="0",model_name="Qwen/Qwen2.5-0.5B-Instruct"} 1000.0
+# HELP vllm:prefix_cache_hits Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits counter
+vllm:prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen2.5-0.5B-Instruct"} 400.0
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="Qwen/Qwen2.5-0.5B-Instruct"} 0.0
+# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.01",model_name="Qwen/Qwen2.5-0.5B-Instruct"} 3.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="Qwen/Qwen2.5-0.5B-Instruct"} 5.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="Qwen/Qwen2.5-0.5B-Instruct"} 5.0
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="Qwen/Qwen2.5-0.5B-Instruct"} 0.2
+"""
+SAMPLE_AFTER = SAMPLE_BEFORE.replace("} 1000.0", "} 3000.0").replace("} 400.0", "} 2200.0")
+SAMPLE_V0 = """\
+# TYPE vllm:gpu_prefix_cache_hit_rate gauge
+vllm:gpu_prefix_cache_hit_rate{model_name="m"} 0.75
+"""
+
+
+# --- discovery and lazy imports ------------------------------------------------------------------
+
+
+def test_discovery_reports_missing_torch(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    d = device.discover()
+    assert d.torch is None and d.device == "cpu" and d.gpu_count == 0
+    assert any("torch not installed" in line for line in d.lines())
+    assert copies.copy_kinds(d)["host"] == "torch not installed"
+    with pytest.raises(RuntimeError, match="torch not installed"):
+        copies.time_copy(1000, "host")
+
+
+def test_discovery_here():
+    d = device.discover()
+    assert d.torch == torch.__version__
+    assert d.cpu_count >= 1 and isinstance(d.lines(), list)
+    if not torch.cuda.is_available():
+        assert d.device == "cpu" and copies.copy_kinds(d)["h2d_pinned"] == "no CUDA GPU"
+
+
+# --- copies ----------------------------------------------------------------------------------------
+
+
+def test_host_copy_is_sane():
+    r = copies.time_copy(4_000_000, "host", repeats=3, warmup=1)
+    assert r.n_bytes == 4_000_000 and len(r.times_s) == 3
+    assert r.seconds > 0 and 0.01 < r.gb_per_s < 10_000
+    assert r.reference_bytes_per_s is None
+
+
+def test_kv_sweep_byte_counts():
+    shape = models.QWEN25_05B
+    res, skipped = copies.kv_copy_sweep(shape, [128, 1024], kinds=["host"], repeats=2, warmup=1)
+    assert [r.tokens for r in res] == [128, 1024] and not skipped
+    per_token = calc.model_kv_bytes_per_token(shape)
+    assert [r.n_bytes for r in res] == [128 * per_token, 1024 * per_token]
+    assert per_token == 12_288
+
+
+def test_copy_input_checks():
+    with pytest.raises(ValueError, match="kind"):
+        copies.time_copy(10, "sideways")
+    with pytest.raises(ValueError, match="n_bytes"):
+        copies.time_copy(0, "host")
+
+
+def test_reference_bandwidth():
+    from kvlab import hardware
+
+    bw, _ = copies.reference_bandwidth("h2d_pinned", hardware.H100_SXM)
+    assert bw == 64e9
+    assert copies.reference_bandwidth("d2d", hardware.H100_SXM)[0] == pytest.approx(1.675e12)
+    assert copies.reference_bandwidth("p2p", hardware.H100_SXM)[0] == 450e9
+    assert copies.reference_bandwidth("p2p", hardware.L4)[0] == 32e9
+
+
+# --- gloo send/recv between two spawned processes --------------------------------------------------
+
+
+def test_gloo_send_recv_exact():
+    from kvlab.measure import transfer
+
+    sizes = [1, 4096, 3_000_001]
+    res = transfer.send_recv(sizes, backend="gloo", repeats=2, warmup=1, timeout_s=90)
+    assert [r.n_bytes for r in res] == sizes
+    for r in res:
+        assert r.checksum_ok, (r.sent_checksum, r.received_checksum)
+        assert r.seconds > 0 and len(r.times_s) == 2
+
+
+# --- the model with prefix reuse -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [
+    dict(layers=2, q_heads=4, kv_heads=4, head_dim=16),   # multi-head attention
+    dict(layers=3, q_heads=8, kv_heads=2, head_dim=8),    # grouped-query attention
+    dict(layers=1, q_heads=6, kv_heads=1, head_dim=32, d_model=96, ffn_dim=200),  # MQA
+])
+@pytest.mark.parametrize("prefix", [16, 48, 99])
+def test_prefix_reuse_matches_cold(shape, prefix):
+    from kvlab.measure.model import TinyTransformer, prefix_reuse_check
+
+    m = TinyTransformer(vocab=300, seed=1, **shape)
+    tokens = torch.randint(0, 300, (100,), generator=torch.Generator().manual_seed(prefix))
+    out = prefix_reuse_check(m, tokens, prefix)
+    assert out["match"] and out["same_first_token"], out
+    assert out["max_abs_diff"] < 1e-4
+
+
+def test_engine_store_and_counters():
+    from kvlab.measure.model import PrefixKVStore, PrefixReuseEngine, make_model
+
+    m = make_model(vocab=512)
+    ps = prompts.build_lab1_token_prompts(requests=4, system_tokens=100, vocab=512)
+    store = PrefixKVStore(block_size=16)
+    eng = PrefixReuseEngine(m, store)
+    warm = [eng.prefill(p, keep_logits=True) for p in ps]
+    assert [r.cached_tokens for r in warm] == prompts.predicted_cached_tokens(ps) == [0, 96, 96, 96]
+    cold = PrefixReuseEngine(m).prefill(ps[2], keep_logits=True)
+    assert cold.cached_tokens == 0 and cold.first_token == warm[2].first_token
+    assert torch.allclose(cold.logits, warm[2].logits, atol=1e-4, rtol=1e-4)
+    c = prom.prefix_cache_counters(store.metrics_text())
+    assert c.queries == sum(len(p) for p in ps) and c.hits == 3 * 96
+    assert c.hit_rate == pytest.approx(prompts.predicted_hit_rate(ps))
+
+
+def test_store_capacity_evicts_lru():
+    from kvlab.measure.model import PrefixKVStore
+
+    store = PrefixKVStore(block_size=4, capacity_blocks=2)
+    kv = [(torch.zeros(1, 12, 2), torch.zeros(1, 12, 2))]
+    assert store.insert(np.arange(12), kv) == 3 and len(store) == 2
+
+
+def test_predicted_saving():
+    from kvlab.measure.model import predicted_saving_s, prefill_flops_with_prefix
+
+    assert predicted_saving_s(1.0, 2000, 1500) == pytest.approx(0.75)
+    m = models.LLAMA3_8B
+    full = calc.prefill_flops(4000, m.params, m.layers, m.d_model)
+    assert prefill_flops_with_prefix(4000, 0, m.params, m.layers, m.d_model) == pytest.approx(full)
+    # the cached first half is the cheaper half: later tokens attend to more context
+    assert 0.45 < predicted_saving_s(1.0, 4000, 2000, m) < 0.5
+    with pytest.raises(ValueError, match="cached_tokens"):
+        predicted_saving_s(1.0, 100, 200)
+
+
+# --- Prometheus parsing and hit rates --------------------------------------------------------------
+
+
+def test_parse_v1_counters_and_delta():
+    parsed = prom.parse_metrics(SAMPLE_BEFORE)
+    assert parsed["vllm:prefix_cache_queries_total"] == 1000.0
+    assert parsed["vllm:time_to_first_token_seconds_count"] == 5.0
+    b = prom.prefix_cache_counters(SAMPLE_BEFORE)
+    a = prom.prefix_cache_counters(SAMPLE_AFTER)
+    assert (b.queries, b.hits, a.queries, a.hits) == (1000, 400, 3000, 2200)
+    assert b.hit_rate == pytest.approx(0.4)
+    assert prom.hit_rate_from_deltas(b, a) == pytest.approx(1800 / 2000)
+
+
+def test_parse_sums_engines_and_fallback(monkeypatch):
+    two = SAMPLE_BEFORE + 'vllm:prefix_cache_hits_total{engine="1",model_name="m"} 50.0\n'
+    assert prom.parse_metrics(two)["vllm:prefix_cache_hits_total"] == 450.0
+    samples = list(prom._parse_fallback(SAMPLE_BEFORE))
+    assert ("vllm:prefix_cache_hits_total",
+            {"engine": "0", "model_name": "Qwen/Qwen2.5-0.5B-Instruct"}, 400.0) in samples
+    monkeypatch.setitem(sys.modules, "prometheus_client.parser", None)  # parser absent
+    assert prom.parse_metrics(two)["vllm:prefix_cache_hits_total"] == 450.0
+
+
+def test_v0_gauge_and_missing():
+    c = prom.prefix_cache_counters(SAMPLE_V0)
+    assert c.queries is None and c.hit_rate == 0.75
+    assert prom.hit_rate_from_deltas(c, c) is None
+    with pytest.raises(ValueError, match="prefix-cache counter"):
+        prom.prefix_cache_counters("# nothing\nfoo_total 1\n")
+
+
+def test_counter_delta_rules():
+    assert prom.counter_delta(10, 25) == 15
+    assert prom.counter_delta(100, 7) == 7  # reset: the new value is the increase
+    with pytest.raises(ValueError, match="before"):
+        prom.counter_delta(-1, 3)
+    same = prom.PrefixCounters(50, 20, "x")
+    assert prom.hit_rate_from_deltas(same, same) is None
+    with pytest.raises(ValueError, match="inconsistent"):
+        prom.hit_rate_from_deltas(prom.PrefixCounters(0, 0, "x"), prom.PrefixCounters(10, 20, "x"))
+
+
+def test_flatten_offline_metrics():
+    class Counter:
+        def __init__(self, name, value):
+            self.name, self.value, self.labels = name, value, {}
+
+    class Gauge(Counter):
+        pass
+
+    flat = prom.flatten_vllm_metrics([Counter("vllm:prefix_cache_queries", 500),
+                                      Counter("vllm:prefix_cache_hits", 125), Gauge("vllm:x", 0.5)])
+    c = prom.prefix_cache_counters(flat)
+    assert c.hit_rate == 0.25 and flat["vllm:x"] == 0.5
+
+
+# --- prompts and the predicted hit rate ------------------------------------------------------------
+
+
+def test_prompts_shared_and_timestamped():
+    p = prompts.build_lab1_prompts(requests=100)
+    assert len({x["system"] for x in p}) == 1 and len({x["user"] for x in p}) == 100
+    t = prompts.build_lab1_prompts(requests=5, timestamp=True)
+    assert len({x["system"] for x in t}) == 5 and all(x["system"].startswith("Current date") for x in t)
+
+
+def test_predicted_hit_rate_arithmetic():
+    shared = list(range(100, 132))  # two full blocks
+    ps = [shared + [1, 2, 3], shared + [4, 5], shared[:16]]
+    assert prompts.predicted_cached_tokens(ps, 16) == [0, 32, 0]  # last: 16 tokens, one must compute
+    assert prompts.predicted_hit_rate(ps, 16) == pytest.approx(32 / (35 + 34 + 16))
+    tok = prompts.build_lab1_token_prompts(requests=10, system_tokens=2000)
+    assert prompts.predicted_cached_tokens(tok) == [0] + [2000] * 9
+    stamped = prompts.build_lab1_token_prompts(requests=10, system_tokens=2000, timestamp=True)
+    cached = prompts.predicted_cached_tokens(stamped)
+    assert cached[0] == 0 and max(cached) <= 32  # only the timestamp's identical start is shared
+
+
+def test_block_hash_chain_depends_on_parent():
+    a = prompts.block_hashes([1] * 16 + [2] * 16, 16)
+    b = prompts.block_hashes([3] * 16 + [2] * 16, 16)
+    assert len(a) == 2 and a[1] != b[1]  # same tokens, different parent
+
+
+# --- recorded results ------------------------------------------------------------------------------
+
+
+def test_results_roundtrip(tmp_path):
+    p = results.save_results("lab2", {"machine": {"gpu": "X"}}, "NVIDIA H100 80GB HBM3", "2026-01-02",
+                             tmp_path)
+    assert p.name == "lab2-nvidia-h100-80gb-hbm3-2026-01-02.json"
+    got = results.load_results("lab2", tmp_path)
+    assert got[0]["machine"]["gpu"] == "X" and results.load_results("lab1", tmp_path) == []
+    with pytest.raises(ValueError, match="date"):
+        results.result_path("lab1", "x", "2026/01/02")

@@ -1,0 +1,127 @@
+"""Tests of kvlab.pdsim, the colocated vs disaggregated simulation."""
+
+import numpy as np
+import pytest
+
+from kvlab import disagg, pdsim
+from kvlab.assumptions import COST
+from kvlab.models import LLAMA_70B
+
+IDLE = pdsim.Traffic(rate_rps=0.01, requests=30, seed=1)  # one request at a time
+SYSTEMS = [
+    pdsim.Colocated(4),
+    pdsim.Colocated(4, chunk_tokens=None),
+    pdsim.Colocated(4, chunk_tokens=100, overlap=1.0),
+    pdsim.Disaggregated(2, 2),
+]
+
+
+@pytest.mark.parametrize("system", SYSTEMS, ids=lambda s: s.label)
+def test_idle_system_gives_bare_costs(system):
+    r = pdsim.simulate(system, IDLE)
+    prefill_s = 3_000 * COST.prefill_s_per_token
+    transfer = 0.0
+    if isinstance(system, pdsim.Disaggregated):
+        transfer = disagg.kv_transfer(LLAMA_70B, 3_000).seconds
+    np.testing.assert_allclose(r.ttft_s, prefill_s + transfer, rtol=1e-9)
+    one_request_step = COST.decode_base_s + COST.decode_per_request_s
+    np.testing.assert_allclose(r.tpot_s, one_request_step, rtol=1e-9)
+
+
+def test_layerwise_transfer_hides_behind_prefill():
+    r = pdsim.simulate(pdsim.Disaggregated(2, 2, layerwise=True), IDLE)
+    exposed = disagg.kv_transfer(LLAMA_70B, 3_000).seconds / LLAMA_70B.layers
+    np.testing.assert_allclose(r.ttft_s, 0.3 + exposed, rtol=1e-9)
+
+
+def test_prefix_hits_shorten_prefill_but_not_transfer():
+    t = pdsim.Traffic(rate_rps=0.01, requests=5, hit_rate=0.8)
+    r = pdsim.simulate(pdsim.Disaggregated(1, 1), t)
+    np.testing.assert_allclose(r.ttft_s, 600 * 1e-4 + disagg.kv_transfer(LLAMA_70B, 3_000).seconds)
+
+
+BUSY = pdsim.Traffic(rate_rps=12, requests=3_000, prompt_dist="lognormal",
+                     output_dist="lognormal", seed=3)
+
+
+@pytest.mark.parametrize("system", SYSTEMS + [pdsim.Disaggregated(3, 1, max_batch=8)],
+                         ids=lambda s: s.label)
+def test_conservation_and_order(system):
+    r = pdsim.simulate(system, BUSY)
+    assert np.isfinite(r.finish_s).all() and np.isfinite(r.first_token_s).all()
+    assert (r.first_token_s >= r.arrival_s).all()
+    assert (r.finish_s >= r.first_token_s).all()
+    # each request's decode takes at least its bare step time per token
+    bare = COST.decode_base_s + COST.decode_per_request_s
+    assert (r.tpot_s[r.output_tokens > 1] >= bare - 1e-12).all()
+
+
+@pytest.mark.parametrize("system", [pdsim.Colocated(4), pdsim.Disaggregated(3, 1)],
+                         ids=lambda s: s.label)
+def test_littles_law(system):
+    traffic = pdsim.Traffic(rate_rps=5, requests=6_000, prompt_dist="lognormal", seed=5)
+    r = pdsim.simulate(system, traffic)
+    # the loop's own time-average of requests in the system vs arrival rate x mean time in it
+    # (a stable system; a few per cent of sampling error)
+    assert r.mean_in_system == pytest.approx(traffic.rate_rps * r.latency_s.mean(), rel=0.05)
+
+
+@pytest.mark.parametrize("make", [lambda: pdsim.Colocated(4), lambda: pdsim.Disaggregated(3, 1)])
+def test_more_load_never_lowers_p95_ttft(make):
+    p95 = []
+    for rate in (2, 5, 8, 11):
+        r = pdsim.simulate(make(), pdsim.Traffic(rate_rps=rate, requests=1_500, seed=7))
+        p95.append(r.percentile("ttft", 95))
+    assert all(b >= a - 1e-9 for a, b in zip(p95, p95[1:], strict=False))
+
+
+def test_interference_colocated_decode_slower_than_disaggregated():
+    t = pdsim.Traffic(rate_rps=8, requests=1_500, seed=2)
+    colo = pdsim.simulate(pdsim.Colocated(4), t)
+    split = pdsim.simulate(pdsim.Disaggregated(3, 1), t)
+    assert colo.percentile("tpot", 50) > split.percentile("tpot", 50)
+
+
+def test_goodput_and_attainment():
+    r = pdsim.simulate(pdsim.Disaggregated(2, 2), IDLE)
+    assert r.attainment(1.0, 0.040) == 1.0
+    assert r.attainment(0.1, 0.040) == 0.0
+    assert r.goodput_rps(1.0, 0.040) == pytest.approx(0.01, rel=0.5)
+    s = r.summary(1.0, 0.040)
+    assert s["ttft_p99_s"] == pytest.approx(0.3 + disagg.kv_transfer(LLAMA_70B, 3_000).seconds)
+
+
+def test_lognormal_lengths_keep_mean_and_seed():
+    t = pdsim.Traffic(requests=20_000, prompt_dist="lognormal", seed=11)
+    a, b = t.sample(), t.sample()
+    assert np.array_equal(a["prompt"], b["prompt"])
+    assert a["prompt"].mean() == pytest.approx(3_000, rel=0.02)
+    assert np.mean(np.diff(a["arrival_s"])) == pytest.approx(1 / 20, rel=0.03)
+
+
+def test_max_rate_brackets():
+    t = pdsim.Traffic(requests=600, seed=4)
+    rate = pdsim.max_rate(pdsim.Disaggregated(2, 1), t, 1.0, 0.040, iters=5, hi_rps=40)
+    # two prefill replicas do 20,000 tokens/s = 6.7 requests/s of 3,000 tokens at most
+    assert 3 < rate < 6.7
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="prompt_dist"):
+        pdsim.Traffic(prompt_dist="uniform")
+    with pytest.raises(ValueError, match="overlap"):
+        pdsim.Colocated(overlap=2)
+    with pytest.raises(ValueError, match="link"):
+        pdsim.Disaggregated(link="wifi")
+    with pytest.raises(ValueError, match="system"):
+        pdsim.simulate("colocated", IDLE)
+    with pytest.raises(ValueError, match="total"):
+        pdsim.splits(1)
+    assert pdsim.splits(3) == [(1, 2), (2, 1)]
+
+
+@pytest.mark.parametrize("system", [pdsim.Colocated(1, chunk_tokens=None), pdsim.Colocated(1),
+                                    pdsim.Disaggregated(1, 1)], ids=lambda s: s.label)
+def test_prefill_is_first_come_first_served(system):
+    r = pdsim.simulate(system, pdsim.Traffic(rate_rps=3, requests=400, seed=9))
+    assert (np.diff(r.first_token_s) >= 0).all()
