@@ -228,14 +228,14 @@ def _run_general(w, paths, choices, R, cap, eps, lam, stale, router):
                 x = 0
                 if stale:
                     seen = known[r]
-                    for key, nb in zip(ks, ns):
+                    for key, nb in zip(ks, ns, strict=True):
                         if key in seen:
                             x += nb
                         else:
                             break
                 else:
                     od = caches[r]
-                    for key, nb in zip(ks, ns):
+                    for key, nb in zip(ks, ns, strict=True):
                         c = od.get(key, 0)
                         x += c
                         if c < nb:
@@ -252,7 +252,7 @@ def _run_general(w, paths, choices, R, cap, eps, lam, stale, router):
             r = reps[i]
         od = caches[r]
         x = 0
-        for key, nb in zip(ks, ns):
+        for key, nb in zip(ks, ns, strict=True):
             c = od.get(key, 0)
             x += c
             if c < nb:
@@ -358,3 +358,35 @@ def simulate_all(w, policies=routing.POLICIES, **kwargs) -> dict[str, FleetResul
     block_size = kwargs.get("block_size", 16)
     paths = kwargs.pop("paths", None) or w.paths(block_size)
     return {p: simulate(w, policy=p, paths=paths, **kwargs) for p in policies}
+
+
+def sweep(w, param: str, values, policies=routing.POLICIES, progress: bool = False,
+          workload_kwargs: dict | None = None, **kwargs) -> dict[str, list[FleetResult]]:
+    """Results per policy as one parameter varies.
+
+    ``param``: a :func:`simulate` keyword (e.g. "cache_tokens", "replicas") or a ChatWorkload
+    keyword (e.g. "skew", "conversations"; the workload is rebuilt from ``workload_kwargs`` for
+    each value, ``w`` is then ignored and may be None). ``progress`` shows a tqdm bar.
+    """
+    from . import workload as _workload
+
+    values = list(values)
+    is_workload = param in {"skew", "conversations", "requests", "system_prompts",
+                            "system_tokens", "new_tokens", "output_tokens", "history_max"}
+    it = values
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(values, desc=f"sweep {param}", leave=False)
+    out: dict[str, list[FleetResult]] = {p: [] for p in policies}
+    block_size = kwargs.get("block_size", 16)
+    paths = None if is_workload else w.paths(block_size)
+    for v in it:
+        if is_workload:
+            wk = _workload.ChatWorkload(**{**(workload_kwargs or {}), param: v})
+            res = simulate_all(wk, policies, **kwargs)
+        else:
+            res = simulate_all(w, policies, paths=paths, **{**kwargs, param: v})
+        for p in policies:
+            out[p].append(res[p])
+    return out

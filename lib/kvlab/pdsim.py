@@ -208,7 +208,8 @@ class Replica:
         self.on_prefilled, self.on_finished = on_prefilled, on_finished
         self.prefill_q: deque = deque()  # request ids waiting for (the rest of) their prefill
         self.left: dict[int, int] = {}  # prefill tokens still to compute, per queued request
-        self.queued_tokens = 0
+        self.queued_tokens = 0  # prompt tokens waiting for a step
+        self.pending_tokens = 0  # prompt tokens not yet computed (queued + in the current step)
         self.waiting: deque = deque()  # (request id, tokens to decode) waiting for a batch slot
         self.running: list = []  # heap of (step at which it finishes, request id)
         self.steps = 0
@@ -221,6 +222,7 @@ class Replica:
         self.prefill_q.append(rid)
         self.left[rid] = tokens
         self.queued_tokens += tokens
+        self.pending_tokens += tokens
         if not self.busy:
             self._start()
 
@@ -266,10 +268,11 @@ class Replica:
         duration = pre_s + dec_s - self.overlap * min(pre_s, dec_s)
         self.busy = True
         self.busy_s += duration
-        self.loop.at(self.loop.now + duration, self._end, (decoding, done))
+        self.loop.at(self.loop.now + duration, self._end, (decoding, done, pre_tokens))
 
     def _end(self, arg) -> None:
-        decoding, done = arg
+        decoding, done, pre_tokens = arg
+        self.pending_tokens -= pre_tokens
         if decoding:
             self.steps += 1
             running = self.running
@@ -468,7 +471,7 @@ def _load(r: Replica) -> int:
 
 
 def _queued(r: Replica) -> int:
-    return r.queued_tokens
+    return r.pending_tokens
 
 
 def simulate(system: Colocated | Disaggregated, traffic: Traffic, cost: CostModel = COST
@@ -485,16 +488,23 @@ def splits(total: int) -> list[tuple[int, int]]:
 
 def max_rate(system: Colocated | Disaggregated, traffic: Traffic, ttft_slo_s: float,
              tpot_slo_s: float, target: float = 0.9, lo_rps: float = 0.5, hi_rps: float = 100.0,
-             iters: int = 8, cost: CostModel = COST) -> float:
+             iters: int = 8, cost: CostModel = COST, duration_s: float | None = None) -> float:
     """DistServe's goodput: the highest arrival rate whose SLO attainment stays >= ``target``
-    (bisection on the rate, same seed each time). Returns 0 if even ``lo_rps`` misses it."""
+    (bisection on the rate, same seed each time). Returns 0 if even ``lo_rps`` misses it.
+
+    Each trial simulates ``traffic.requests`` requests, or, with ``duration_s``, as many as arrive
+    in that many seconds at the trial's rate (so fast trials are not cut short before queues form).
+    """
     check_number("target", target, lo=0, hi=1, lo_open=True)
     positive("lo_rps", lo_rps)
     check_number("hi_rps", hi_rps, lo=lo_rps, lo_open=True)
     check_int("iters", iters, lo=1)
+    if duration_s is not None:
+        positive("duration_s", duration_s)
 
     def ok(rate):
-        t = Traffic(**{**traffic.__dict__, "rate_rps": rate})
+        n = traffic.requests if duration_s is None else max(50, math.ceil(rate * duration_s))
+        t = Traffic(**{**traffic.__dict__, "rate_rps": rate, "requests": n})
         return simulate(system, t, cost).attainment(ttft_slo_s, tpot_slo_s) >= target
 
     if not ok(lo_rps):
@@ -516,7 +526,8 @@ __all__ = [
 
 def goodput_table(systems, traffic: Traffic, ttft_slo_s: float, tpot_slo_s: float,
                   target: float = 0.9, lo_rps: float = 0.5, hi_rps: float = 60.0, iters: int = 6,
-                  progress: Callable | None = None, cost: CostModel = COST):
+                  progress: Callable | None = None, cost: CostModel = COST,
+                  duration_s: float | None = None):
     """One row per system: its label, P and D (0 for colocated) and :func:`max_rate`.
 
     ``progress`` wraps the iterable (pass ``tqdm`` for a progress bar). Returns a pandas DataFrame.
@@ -526,7 +537,8 @@ def goodput_table(systems, traffic: Traffic, ttft_slo_s: float, tpot_slo_s: floa
     systems = list(systems)
     rows = []
     for system in (progress(systems) if progress else systems):
-        rate = max_rate(system, traffic, ttft_slo_s, tpot_slo_s, target, lo_rps, hi_rps, iters, cost)
+        rate = max_rate(system, traffic, ttft_slo_s, tpot_slo_s, target, lo_rps, hi_rps, iters, cost,
+                        duration_s)
         p, d = ((system.prefill, system.decode) if isinstance(system, Disaggregated) else (0, 0))
         rows.append({"system": system.label, "prefill": p, "decode": d, "replicas": system.total,
                      "max_rate_rps": rate})

@@ -88,7 +88,7 @@ class Trace:
             p, o = int(self.prompt_tokens[i]), int(self.output_tokens[i])
             lens = np.full(len(h), per, dtype=np.int64)
             lens[-1] = (p - TRACE_BLOCK_TOKENS * (len(h) - 1)) // bs
-            for hid, n in zip(h.tolist(), lens.tolist()):
+            for hid, n in zip(h.tolist(), lens.tolist(), strict=True):
                 if seen.setdefault(hid, n) != n:
                     raise ValueError(
                         f"hash id {hid} appears with {seen[hid]} and {n} blocks: the entry model "

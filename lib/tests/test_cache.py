@@ -411,3 +411,27 @@ def test_answer_that_does_not_fit():
     c.finish(r, cache_output=False)
     c.check_invariants()
     assert len(c) == 2 and c.pinned_blocks() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# the toy decoder
+
+
+def test_tiny_decoder_prefix_reuse_is_exact_and_adapter_matters():
+    from kvlab.toymodel import TinyDecoder
+
+    m = TinyDecoder(adapters=["a", "b"])
+    x, y = [1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 5, 6]
+    _, kx = m.forward(x)
+    _, ky = m.forward(y)
+    assert np.abs(kx[1][0][:3] - ky[1][0][:3]).max() == 0
+    assert (np.abs(kx[1][0][3:] - ky[1][0][3:]).max(axis=1) > 0).all()
+    h_full, _ = m.forward(y)
+    h_reuse, _ = m.forward(y, past=[(k[:3], v[:3]) for k, v in kx])
+    assert np.abs(h_full[3:] - h_reuse).max() == 0
+    _, ka = m.forward(x, adapter="a")
+    assert np.abs(ka[0][0] - kx[0][0]).max() > 0
+    with pytest.raises(ValueError, match=r"adapter must be None or one of \['a', 'b'\], got 'c'"):
+        m.forward(x, adapter="c")
+    with pytest.raises(ValueError, match=r"tokens must be at most 512 ids in \[0, 31\]"):
+        m.forward([40])

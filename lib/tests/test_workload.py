@@ -44,7 +44,7 @@ def test_turns_and_restarts(w):
 def test_previous_prompt_and_answer_is_prefix_of_next(w):
     for c in (0, 3):
         idx = np.flatnonzero(w.conversation == c)[:45]
-        for a, b in zip(idx[:-1], idx[1:]):
+        for a, b in zip(idx[:-1], idx[1:], strict=True):
             pa, oa = w.tokens(a)
             pb, _ = w.tokens(b)
             prev = np.concatenate([pa, oa])

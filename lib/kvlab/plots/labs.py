@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from ..units import fmt_pct
 from . import COLORS
 
 KIND_COLORS = {"host": "#2c3e50", "h2d_pinned": "#1f77b4", "h2d_pageable": "#7fb3d5",
@@ -72,7 +73,7 @@ def transfer_share(tokens, prefill_s, transfers: dict, prefill_model=None, thres
     a.set_yscale("log")
     a.set_ylabel("seconds")
     a.legend(fontsize=8)
-    b.axhline(threshold, color=COLORS["model"], ls=":", label=f"{threshold:.0%} of prefill")
+    b.axhline(threshold, color=COLORS["model"], ls=":", label=f"{fmt_pct(threshold)} of prefill")
     b.set_yscale("log")
     b.set_ylabel("transfer / prefill")
     b.legend(fontsize=8)

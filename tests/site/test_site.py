@@ -1,0 +1,482 @@
+"""The built site as a reader sees it, in Chromium (``make test-site``).
+
+Over every HTML page of the site (all ``*.html`` except the generated index and search pages):
+no console errors and no failed local requests; every image loaded, with real alt text; every
+internal link and anchor resolves. Then: the glued numbers appear on the pages that quote them, a
+solution dropdown opens when clicked, and the search page finds "prefix". Requests to other hosts
+(MathJax, fonts and scripts from CDNs) are blocked and never counted: they are not the site's.
+
+The checker functions are unit-tested at the bottom on a tiny synthetic site, to show that each
+check can fail. Screenshots of the home page and the routing demo go to ``_build/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import ast
+import html.parser
+import json
+import re
+import shutil
+import textwrap
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+
+import pytest
+from conftest import SiteServer, chromium_path
+
+# Generated pages that are not the book's content.
+SKIP_PAGES = {"genindex.html", "search.html", "py-modindex.html"}
+SKIP_DIRS = {"_static", "_sources", "_images", "_downloads", "_panels_static"}
+
+# Worked numbers that these pages quote (from the worked-answer notebooks' printed outputs).
+# Checked only when the page is part of the site. The data-driven check below covers every
+# other {glue:text} reference in book/*.md.
+GLUED_ON_PAGE = {
+    "book/p08-card.html": ["40 %", "83 %", "72,500 tokens/s", "655 MB", "3.2 million tokens"],
+    "book/p22-card.html": ["2.62 GB", "328 MB", "6.6 ms", "52 ms", "6 : 3", "10,200 tokens/s"],
+    "book/self-check.html": ["2,375", "40 %", "83 %", "5.24 GB", "13 ms", "6 : 3"],
+}
+
+GLUE_ROLE = re.compile(r"\{glue(?::text)?\}`([^`]+?)::([A-Za-z0-9_]+)(?::([^`]*))?`")
+
+
+# ---------------------------------------------------------------------------------------------
+# Checker functions (pure where possible; unit-tested below)
+# ---------------------------------------------------------------------------------------------
+
+
+def list_pages(site: Path) -> list[str]:
+    """Every content page of the built site, as paths relative to the site folder."""
+    pages = []
+    for p in sorted(site.rglob("*.html")):
+        rel = p.relative_to(site)
+        if rel.parts[0] in SKIP_DIRS or rel.as_posix() in SKIP_PAGES:
+            continue
+        pages.append(rel.as_posix())
+    return pages
+
+
+class _Collector(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+        self.images: list[dict] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for key in ("id", "name") if tag == "a" else ("id",):
+            if a.get(key):
+                self.ids.add(a[key])
+        if tag == "a" and a.get("href") is not None:
+            self.links.append(a["href"])
+        if tag == "img":
+            self.images.append({"src": a.get("src") or "", "alt": a.get("alt")})
+
+
+def parse_html(path: Path) -> _Collector:
+    c = _Collector()
+    c.feed(path.read_text(encoding="utf-8", errors="replace"))
+    return c
+
+
+def is_external(url: str) -> bool:
+    parts = urlsplit(url)
+    return bool(parts.scheme and parts.scheme not in ("file",)) or url.startswith("//")
+
+
+def link_problems(site: Path, pages: list[str]) -> list[str]:
+    """Internal links (and their #anchors) that do not resolve; local images that do not exist."""
+    problems: list[str] = []
+    cache: dict[Path, _Collector] = {}
+
+    def parsed(path: Path) -> _Collector:
+        if path not in cache:
+            cache[path] = parse_html(path)
+        return cache[path]
+
+    for page in pages:
+        doc = parsed(site / page)
+        for href in doc.links:
+            if not href or is_external(href) or href.startswith(("javascript:", "data:")):
+                continue
+            parts = urlsplit(urljoin("http://site/" + page, href))
+            target_rel = unquote(parts.path).lstrip("/")
+            if target_rel == "" or target_rel.endswith("/"):
+                target_rel += "index.html"
+            target = site / target_rel
+            if not target.is_file():
+                problems.append(f"{page}: link {href!r} -> missing file {target_rel}")
+                continue
+            frag = unquote(parts.fragment)
+            if frag and target.suffix == ".html" and frag not in parsed(target).ids:
+                problems.append(f"{page}: link {href!r} -> no id {frag!r} in {target_rel}")
+        for img in doc.images:
+            src = img["src"]
+            if not src or is_external(src) or src.startswith("data:"):
+                continue
+            target_rel = unquote(urlsplit(urljoin("http://site/" + page, src)).path).lstrip("/")
+            if not (site / target_rel).is_file():
+                problems.append(f"{page}: image {src!r} -> missing file {target_rel}")
+    return problems
+
+
+def alt_problem(alt: str | None, src: str) -> str | None:
+    """Why an image's alt text fails a reader of a screen reader, or None when it is fine."""
+    if alt is None or not alt.strip():
+        return "no alt text"
+    name = src.rsplit("/", 1)[-1]
+    if alt.strip() == src or alt.strip().endswith("/" + name) or alt.strip() == name:
+        return f"alt text is the file name ({alt.strip()[:60]!r}): give the figure an image alt"
+    return None
+
+
+IMAGES_JS = """async () => {
+  const imgs = Array.from(document.images);
+  for (const i of imgs) { i.loading = 'eager'; }
+  await Promise.all(imgs.map(i => i.complete ? null : i.decode().catch(() => null)));
+  return imgs.map(i => ({src: i.getAttribute('src') || '', url: i.currentSrc || i.src,
+                         alt: i.getAttribute('alt'), w: i.naturalWidth, complete: i.complete}));
+}"""
+
+
+def check_page(context, url: str, base: str) -> tuple[list[str], str]:
+    """Load ``url``; return (problems, page text). External requests are blocked and ignored."""
+    problems: list[str] = []
+    page = context.new_page()
+
+    def route(r):
+        if r.request.url.startswith(base):
+            r.continue_()
+        else:
+            r.abort()
+
+    page.route("**/*", route)
+
+    def local(u: str) -> bool:
+        return u.startswith(base)
+
+    def on_console(msg):
+        if msg.type != "error":
+            return
+        loc = (msg.location or {}).get("url", "")
+        text = msg.text
+        # "Failed to load resource" for a blocked external request: not the site's error.
+        if "Failed to load resource" in text and loc and not local(loc):
+            return
+        if "net::ERR_FAILED" in text and loc and not local(loc):
+            return
+        problems.append(f"console error: {text[:300]} ({loc})")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda e: problems.append(f"page error: {str(e)[:300]}"))
+    page.on(
+        "requestfailed",
+        lambda r: local(r.url) and problems.append(f"failed request: {r.url} ({r.failure})"),
+    )
+    page.on(
+        "response",
+        lambda r: local(r.url) and r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"),
+    )
+    try:
+        page.goto(url, wait_until="load", timeout=30_000)
+        for img in page.evaluate(IMAGES_JS):
+            why = alt_problem(img["alt"], img["src"])
+            if why:
+                problems.append(f"image {img['src']}: {why}")
+            if local(img["url"]) and (not img["complete"] or img["w"] == 0):
+                problems.append(f"image {img['src']}: did not load (naturalWidth 0)")
+        text = page.evaluate("() => document.body ? document.body.textContent : ''")
+    finally:
+        page.close()
+    return problems, normalise(text)
+
+
+def normalise(text: str) -> str:
+    """Collapse the spaces a page may use (no-break, thin) into single ASCII spaces."""
+    return re.sub(r"[\s\u00a0\u202f\u2009\u2007]+", " ", text or "")
+
+
+def glue_values(notebook: Path) -> dict[str, str]:
+    """The text/plain values a notebook glues (myst-nb stores them in 'scrapbook' outputs)."""
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    out = {}
+    for cell in nb.get("cells", []):
+        for o in cell.get("outputs", []) or []:
+            meta = (o.get("metadata") or {}).get("scrapbook")
+            if not meta:
+                continue
+            prefix = meta.get("mime_prefix", "")
+            plain = o.get("data", {}).get(prefix + "text/plain")
+            if isinstance(plain, list):
+                plain = "".join(plain)
+            if plain is None:
+                continue
+            try:
+                value = ast.literal_eval(plain)
+            except (ValueError, SyntaxError):
+                value = plain
+            out[meta["name"]] = value if isinstance(value, str) else plain
+    return out
+
+
+def glue_expectations(src_root: Path) -> dict[str, list[str]]:
+    """{built page: [texts]} for every resolvable {glue:text} reference in book/*.md."""
+    want: dict[str, list[str]] = {}
+    cache: dict[Path, dict[str, str]] = {}
+    for md in sorted((src_root / "book").glob("*.md")):
+        for nb_rel, key, spec in GLUE_ROLE.findall(md.read_text(encoding="utf-8")):
+            if spec:  # formatted values are checked by the build itself
+                continue
+            nb = (md.parent / nb_rel).resolve()
+            if not nb.is_file():
+                continue
+            if nb not in cache:
+                cache[nb] = glue_values(nb)
+            if key in cache[nb]:
+                page = md.relative_to(src_root).with_suffix(".html").as_posix()
+                want.setdefault(page, [])
+                if cache[nb][key] not in want[page]:
+                    want[page].append(cache[nb][key])
+    return want
+
+
+def missing_texts(text: str, expected: list[str]) -> list[str]:
+    text = normalise(text)
+    return [e for e in expected if normalise(e) not in text]
+
+
+# ---------------------------------------------------------------------------------------------
+# The site
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def crawl(site, server, browser):
+    """Load every page once; {page: (problems, text)}."""
+    return {p: check_page(browser, server.base + p, server.base) for p in list_pages(site)}
+
+
+def test_site_has_pages(site):
+    pages = list_pages(site)
+    assert len(pages) >= 3, f"only {pages} in {site}"
+
+
+def test_internal_links_resolve(site):
+    problems = link_problems(site, list_pages(site))
+    assert not problems, "broken internal links or images:\n" + "\n".join(problems)
+
+
+def test_every_page_loads_cleanly(crawl):
+    bad = {p: probs for p, (probs, _) in crawl.items() if probs}
+    lines = [f"{p}:\n  " + "\n  ".join(probs) for p, probs in sorted(bad.items())]
+    assert not bad, f"{len(bad)} of {len(crawl)} pages have problems:\n" + "\n".join(lines)
+
+
+def test_glued_numbers_on_pages(crawl, site):
+    want: dict[str, list[str]] = {p: list(v) for p, v in GLUED_ON_PAGE.items()}
+    src_root = site.parent.parent
+    if (src_root / "_toc.yml").is_file() and (src_root / "book").is_dir():
+        for page, texts in glue_expectations(src_root).items():
+            want.setdefault(page, [])
+            want[page] += [t for t in texts if t not in want[page]]
+    checked, problems = 0, []
+    for page, texts in sorted(want.items()):
+        if page not in crawl:
+            continue
+        checked += 1
+        miss = missing_texts(crawl[page][1], texts)
+        if miss:
+            problems.append(f"{page}: missing {miss}")
+    assert checked, f"none of {sorted(want)} is in the site"
+    assert not problems, "glued numbers missing:\n" + "\n".join(problems)
+
+
+def find_dropdown_page(site: Path) -> str | None:
+    pages = list_pages(site)
+    pages.sort(key=lambda p: (p != "book/self-check.html", p))
+    pat = re.compile(r'class="[^"]*\b(dropdown admonition|admonition dropdown)\b')
+    for p in pages:
+        if pat.search((site / p).read_text(encoding="utf-8", errors="replace")):
+            return p
+    return None
+
+
+def test_solution_dropdown_opens(site, server, browser):
+    page_rel = find_dropdown_page(site)
+    if page_rel is None:
+        pytest.skip("no dropdown admonition (solution or answer) in the site yet")
+    page = browser.new_page()
+    page.route(
+        "**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort()
+    )
+    try:
+        page.goto(server.base + page_rel, wait_until="load")
+        box = page.locator(".admonition.dropdown").first
+        button = box.locator(".toggle-button").first
+        button.wait_for(state="attached", timeout=10_000)
+        body = box.locator(":scope > :not(.admonition-title):not(button)").first
+        assert not body.is_visible(), f"{page_rel}: the dropdown's content shows before a click"
+        button.click()
+        body.wait_for(state="visible", timeout=5_000)
+        assert body.is_visible()
+    finally:
+        page.close()
+
+
+def test_search_finds_prefix(site, server, browser):
+    if not (site / "search.html").is_file():
+        pytest.fail("search.html is missing from the site")
+    page = browser.new_page()
+    page.route(
+        "**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort()
+    )
+    try:
+        page.goto(server.base + "search.html?q=prefix", wait_until="load")
+        results = page.locator("#search-results li, ul.search li")
+        results.first.wait_for(state="attached", timeout=20_000)
+        assert results.count() > 0
+    finally:
+        page.close()
+
+
+def test_screenshots(site, server, browser):
+    out = site.parent / "screenshots"
+    out.mkdir(parents=True, exist_ok=True)
+    shots = {"home.png": "index.html"}
+    if (site / "notebooks/p08-05-routing-demo.html").is_file():
+        shots["routing-demo.png"] = "notebooks/p08-05-routing-demo.html"
+    page = browser.new_page()
+    page.route(
+        "**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort()
+    )
+    try:
+        for name, rel in shots.items():
+            page.goto(server.base + rel, wait_until="load")
+            page.screenshot(path=str(out / name), full_page=False)
+            assert (out / name).stat().st_size > 1000
+    finally:
+        page.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks can fail: a tiny broken site
+# ---------------------------------------------------------------------------------------------
+
+# A 1x1 PNG.
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360f8cfc0f01f0005000201e2a3a4"
+    "5a0000000049454e44ae426082"
+)
+
+
+@pytest.fixture(scope="module")
+def broken_site(tmp_path_factory):
+    d = tmp_path_factory.mktemp("broken_site")
+    (d / "img.png").write_bytes(PNG)
+    (d / "index.html").write_text(
+        textwrap.dedent("""\
+        <html><body><h1 id="top">Home</h1>
+        <a href="good.html#here">fine</a> <a href="good.html">fine</a> <a href="#top">fine</a>
+        <a href="https://example.invalid/x">external, ignored</a>
+        <a href="missing.html">broken</a> <a href="good.html#nowhere">bad anchor</a>
+        <img src="img.png" alt="a dot">
+        </body></html>""")
+    )
+    (d / "good.html").write_text(
+        textwrap.dedent("""\
+        <html><head><script src="https://cdn.example.invalid/lib.js"></script></head>
+        <body><p id="here">The hit rate is 40&nbsp;% and 6 : 3.</p>
+        <img src="img.png" alt="a dot"></body></html>""")
+    )
+    (d / "bad.html").write_text(
+        textwrap.dedent("""\
+        <html><body><p>bad page</p>
+        <img src="nothere.png" alt="gone"> <img src="img.png"> <img src="img.png" alt="img.png">
+        <script>console.error("boom from the page");</script>
+        <script>throw new Error("uncaught kaboom");</script>
+        </body></html>""")
+    )
+    return d
+
+
+def test_checker_lists_pages(broken_site):
+    (broken_site / "_static").mkdir(exist_ok=True)
+    (broken_site / "_static" / "x.html").write_text("<html></html>")
+    (broken_site / "search.html").write_text("<html></html>")
+    assert list_pages(broken_site) == ["bad.html", "good.html", "index.html"]
+
+
+def test_checker_finds_broken_links(broken_site):
+    problems = link_problems(broken_site, list_pages(broken_site))
+    text = "\n".join(problems)
+    assert "missing.html" in text
+    assert "'nowhere'" in text
+    assert "nothere.png" in text
+    assert "example.invalid" not in text
+    assert "#here" not in text and "'top'" not in text
+    assert len(problems) == 3, problems
+
+
+def test_checker_alt_text():
+    assert alt_problem(None, "a.png") == "no alt text"
+    assert alt_problem("  ", "a.png") == "no alt text"
+    assert "file name" in alt_problem("../_images/abc.png", "../_images/abc.png")
+    assert alt_problem("Hit rate against replicas", "../_images/abc.png") is None
+
+
+def test_checker_glue_values_and_texts(tmp_path):
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "outputs": [
+                    {
+                        "output_type": "display_data",
+                        "metadata": {
+                            "scrapbook": {
+                                "name": "k",
+                                "mime_prefix": "application/papermill.record/",
+                            }
+                        },
+                        "data": {"application/papermill.record/text/plain": "'655 MB'"},
+                    }
+                ],
+            }
+        ]
+    }
+    (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
+    assert glue_values(tmp_path / "nb.ipynb") == {"k": "655 MB"}
+    assert missing_texts("is 655\u00a0MB and 40 %", ["655 MB", "40 %", "83 %"]) == ["83 %"]
+
+
+@pytest.fixture(scope="module")
+def broken_server(broken_site):
+    srv = SiteServer(broken_site)
+    yield srv
+    srv.close()
+
+
+def test_checker_reports_browser_problems(broken_server, browser):
+    problems, _ = check_page(browser, broken_server.base + "bad.html", broken_server.base)
+    text = "\n".join(problems)
+    assert "boom from the page" in text, problems
+    assert "uncaught kaboom" in text, problems
+    assert "nothere.png" in text and "HTTP 404" in text, problems
+    assert "did not load" in text, problems
+    assert "no alt text" in text, problems
+    assert "file name" in text, problems
+
+
+def test_checker_passes_clean_page_and_ignores_external(broken_server, browser):
+    problems, text = check_page(browser, broken_server.base + "good.html", broken_server.base)
+    assert problems == [], problems
+    assert missing_texts(text, ["40 %", "6 : 3"]) == []
+
+
+def test_chromium_is_available_or_skipped():
+    """Documents the skip: without Chromium the browser tests above are skipped, not failed."""
+    if chromium_path() is None:
+        pytest.skip("Chromium is not installed")
+    assert shutil.which("chromium") or Path(chromium_path()).exists()
