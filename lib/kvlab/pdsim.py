@@ -520,7 +520,7 @@ def max_rate(system: Colocated | Disaggregated, traffic: Traffic, ttft_slo_s: fl
 
 __all__ = [
     "Colocated", "Disaggregated", "EventLoop", "Replica", "SimResult", "Simulation", "Traffic",
-    "goodput_table", "max_rate", "simulate", "splits",
+    "bench", "goodput_table", "max_rate", "simulate", "splits",
 ]
 
 
@@ -543,3 +543,22 @@ def goodput_table(systems, traffic: Traffic, ttft_slo_s: float, tpot_slo_s: floa
         rows.append({"system": system.label, "prefill": p, "decode": d, "replicas": system.total,
                      "max_rate_rps": rate})
     return pd.DataFrame(rows)
+
+
+def bench(requests: int = 100_000, seed: int = 0) -> dict[str, float]:
+    """Wall-clock seconds to simulate ``requests`` requests on 8 replicas, colocated (chunked, 14
+    requests/s) and disaggregated 5 : 3 (15 requests/s), lognormal lengths. For ``make bench``."""
+    import time
+
+    requests = check_int("requests", requests, lo=1)
+    out: dict[str, float] = {"requests": float(requests)}
+    for name, system, rate in (("colocated", Colocated(8), 14.0),
+                               ("disaggregated", Disaggregated(5, 3), 15.0)):
+        traffic = Traffic(rate_rps=rate, requests=requests, prompt_dist="lognormal",
+                          output_dist="lognormal", seed=seed)
+        start = time.perf_counter()
+        simulate(system, traffic)
+        seconds = time.perf_counter() - start
+        out[f"{name}_s"] = seconds
+        out[f"{name}_requests_per_s"] = requests / seconds
+    return out

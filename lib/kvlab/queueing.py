@@ -377,7 +377,7 @@ class _Replica:
 def _match(od, ks, ns, mh) -> int:
     """Blocks of the path (ks, ns) found in the cache ``od``, capped at ``mh``."""
     x = 0
-    for key, nb in zip(ks, ns):
+    for key, nb in zip(ks, ns, strict=True):
         c = od.get(key, 0)
         if c >= nb:
             x += nb
@@ -545,7 +545,7 @@ def simulate(
             r = router.choose(key, m, loads)
             if stale:
                 kn = known[r]
-                for kk, nb in zip(ks, ns):
+                for kk, nb in zip(ks, ns, strict=True):
                     if kn.get(kk, 0) < nb:
                         kn[kk] = nb
             rp = reps[r]

@@ -22,23 +22,19 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import sympy as sp
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import formulas
 from .._validate import check_int, non_negative, positive
 from . import prom
 from .prompts import block_hashes
 
-# --- the cost of a prefill that reuses a prefix (sympy, documented for the lead) ----------------
-#: Symbols: P prompt tokens, c cached tokens, N_params parameters, L layers, d_model hidden size.
-P_s, c_s, N_s, L_s, d_s = sp.symbols("P c N_params L d_model", positive=True)
-#: Matmul FLOPs to prefill the last P - c tokens of a prompt whose first c tokens' KV is reused:
-#: weights 2 N (P - c); attention scores and values 2 L d (P - c)(P + c) (each new token at
-#: position i attends to i earlier tokens; summed over i = c..P that is (P^2 - c^2)/2 pairs, 4 L d
-#: FLOPs per pair). With c = 0 it is kvlab.formulas' prefill_flops, 2 N P + 2 L P^2 d.
-PREFILL_FLOPS_WITH_PREFIX = 2 * N_s * (P_s - c_s) + 2 * L_s * d_s * (P_s - c_s) * (P_s + c_s)
+# --- the cost of a prefill that reuses a prefix: defined once in kvlab.formulas ----------------
+#: Matmul FLOPs to prefill the last P - c tokens of a prompt whose first c tokens' KV is reused.
+PREFILL_FLOPS_WITH_PREFIX = formulas.FORMULAS["prefill_flops_with_prefix"].rhs
+P_s, c_s, N_s, L_s, d_s = formulas.P, formulas.c_tok, formulas.N_params, formulas.L, formulas.d_model
 
 
 def prefill_flops_with_prefix(prompt_tokens: float, cached_tokens: float, params: float,

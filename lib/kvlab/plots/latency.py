@@ -36,7 +36,8 @@ def roofline(gpu, points: dict[str, tuple[float, str]], ax=None):
     ax.plot(x, y, color=COLORS["model"], lw=2, label=f"{gpu.name} roofline")
     ridge = gpu.ridge_flops_per_byte
     ax.axvline(ridge, color="#999999", ls=":", lw=1)
-    ax.text(ridge * 1.1, 2, f"ridge {ridge:.0f} FLOP/byte", color="#555555", fontsize=9)
+    ax.text(ridge * 1.15, gpu.dense_fp16_flops / 1e12 / 40, f"ridge\n{ridge:.0f} FLOP/byte",
+            color="#555555", fontsize=9)
     for label, (intensity, color) in points.items():
         attained = min(gpu.dense_fp16_flops, intensity * gpu.hbm_bytes_per_s) / 1e12
         ax.plot([intensity], [attained], "o", color=COLORS.get(color, color), ms=7)
@@ -46,7 +47,7 @@ def roofline(gpu, points: dict[str, tuple[float, str]], ax=None):
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte from HBM)")
     ax.set_ylabel("attainable TFLOP/s per GPU")
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left")
     return fig
 
 
@@ -103,7 +104,9 @@ def split_sweep(labels, rates, colocated: dict[str, float], ax=None, highlight=N
     styles = ["--", ":", "-."]
     for i, (name, rate) in enumerate(colocated.items()):
         ax.axhline(rate, color=COLORS["colocated"], ls=styles[i % 3], lw=1.8, label=name)
+    top = max([*rates, *colocated.values()])
+    ax.set_ylim(0, top * 1.3)
     ax.set_xlabel("prefill : decode replicas")
     ax.set_ylabel("goodput (requests/s at 90 % SLO)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", ncols=2)
     return fig

@@ -21,7 +21,7 @@ def ttft_by_policy(results: dict, ax=None):
         vals = [results[p].percentile("ttft", q) for p in names]
         bars = ax.bar(x + (j - 0.5) * 0.38, vals, width=0.36, alpha=alpha,
                       color=[POLICY_COLORS.get(p, "#555555") for p in names], label=f"p{q}")
-        for b, v in zip(bars, vals):
+        for b, v in zip(bars, vals, strict=True):
             ax.text(b.get_x() + b.get_width() / 2, v * 1.15, f"{v:.2g} s", ha="center",
                     fontsize=8)
     ax.set_yscale("log")
