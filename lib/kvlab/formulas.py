@@ -43,7 +43,7 @@ a = sp.Symbol("a", positive=True)  # decode step fixed cost, s
 k = sp.Symbol("k", positive=True)  # decode step cost per running request, s
 n_b = sp.Symbol("n_b", positive=True)  # running requests in a decode batch
 T = sp.Symbol("T", positive=True)  # TPOT target, s per output token
-O = sp.Symbol("O", positive=True)  # output tokens per request
+O_out = sp.Symbol("O", positive=True)  # output tokens per request
 Q = sp.Symbol("Q", positive=True)  # requests in the system (Little's law)
 R_time = sp.Symbol("R", positive=True)  # time a request spends in the system, s
 
@@ -80,7 +80,7 @@ def _f(name, lhs, rhs, meaning, units) -> Formula:
 # the largest batch is the step-time formula a + k n_b = T solved for n_b;
 _MAX_BATCH = sp.solve(sp.Eq(a + k * n_b, T), n_b)[0]
 # requests decoding at once is Little's law with time in system = O steps of T seconds;
-_DECODE_CONCURRENCY = (lam * R_time).subs(R_time, O * T)
+_DECODE_CONCURRENCY = (lam * R_time).subs(R_time, O_out * T)
 # prefill FLOPs: 2 FLOPs per parameter per token, plus QK^T and AV over the causal triangle
 # (2 matmuls x 2 FLOPs x P^2/2 pairs x d_model per layer = 2 L P^2 d_model);
 _PREFILL_FLOPS = 2 * N_params * P + 2 * L * P**2 * d_model
