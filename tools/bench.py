@@ -45,6 +45,14 @@ def main(argv=None) -> int:
     for p in routing.POLICIES:
         s = best_of(lambda p=p: fleet.simulate(t, policy=p, warmup=2_000, paths=tp), 1)
         print(f"  prefix            {p:12s} {len(t) / s:10,.0f} requests/s  ({s * 1e3:6.1f} ms)")
+    from kvlab import pdsim, queueing
+
+    print("queueing simulator (kvlab.queueing), 100,000 chat requests on 8 replicas at 20 requests/s:")
+    queueing.bench()
+    print("colocated vs disaggregated simulator (kvlab.pdsim), 100,000 requests on 8 replicas:")
+    out = pdsim.bench(requests=100_000)
+    for key, value in out.items():
+        print(f"  {key}: {value:,.2f}")
     return 0
 
 

@@ -48,6 +48,9 @@ PINS = {
     "pandas": "2.2.2",
     "matplotlib": "3.10.0",
     "ipywidgets": "7.7.1",
+    "notebook": "6.5.7",  # widgetsnbextension 3 needs notebook; unpinned, pip takes 7 + jupyterlab
+    "nbclassic": "1.3.3",
+    "jupyter_server": "2.14.0",
     "widgetsnbextension": "3.6.10",
     "jupyterlab_widgets": "3.0.16",
     "ipython": "7.34.0",
@@ -238,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     env.pop("PYTHONPATH", None)
     env["JUPYTER_DATA_DIR"] = str(Path(args.venv).resolve() / "share" / "jupyter-user")
     env["MPLBACKEND"] = "agg"
+    env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # silence the debugger's frozen-modules note
     probe = json.loads(
         subprocess.run(
             [str(vpy), "-c", PROBE], check=True, capture_output=True, text=True, env=env

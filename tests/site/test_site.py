@@ -37,6 +37,10 @@ GLUED_ON_PAGE = {
     "book/self-check.html": ["2,375", "40 %", "83 %", "5.24 GB", "13 ms", "6 : 3"],
 }
 
+# Console errors that are not the site's: pydata-sphinx-theme logs this on a visitor's first page
+# (empty localStorage), then resets the mode to "auto" itself.
+IGNORED_CONSOLE = (re.compile(r"^Got invalid theme mode: \. Resetting to auto\.$"),)
+
 GLUE_ROLE = re.compile(r"\{glue(?::text)?\}`([^`]+?)::([A-Za-z0-9_]+)(?::([^`]*))?`")
 
 
@@ -134,10 +138,24 @@ def alt_problem(alt: str | None, src: str) -> str | None:
 IMAGES_JS = """async () => {
   const imgs = Array.from(document.images);
   for (const i of imgs) { i.loading = 'eager'; }
-  await Promise.all(imgs.map(i => i.complete ? null : i.decode().catch(() => null)));
+  const settle = i => i.complete ? null : new Promise(ok => {
+    i.addEventListener('load', ok); i.addEventListener('error', ok); setTimeout(ok, 5000); });
+  await Promise.all(imgs.map(settle));
   return imgs.map(i => ({src: i.getAttribute('src') || '', url: i.currentSrc || i.src,
                          alt: i.getAttribute('alt'), w: i.naturalWidth, complete: i.complete}));
 }"""
+
+
+def _evaluate(page, script: str):
+    """page.evaluate, retried after a navigation (index.html redirects with a meta refresh)."""
+    for attempt in range(3):
+        try:
+            return page.evaluate(script)
+        except Exception as exc:  # playwright.Error: context destroyed by a navigation
+            if "context was destroyed" not in str(exc) or attempt == 2:
+                raise
+            page.wait_for_load_state("load", timeout=30_000)
+    return None
 
 
 def check_page(context, url: str, base: str) -> tuple[list[str], str]:
@@ -166,6 +184,8 @@ def check_page(context, url: str, base: str) -> tuple[list[str], str]:
             return
         if "net::ERR_FAILED" in text and loc and not local(loc):
             return
+        if any(p.search(text) for p in IGNORED_CONSOLE):
+            return
         problems.append(f"console error: {text[:300]} ({loc})")
 
     page.on("console", on_console)
@@ -180,13 +200,13 @@ def check_page(context, url: str, base: str) -> tuple[list[str], str]:
     )
     try:
         page.goto(url, wait_until="load", timeout=30_000)
-        for img in page.evaluate(IMAGES_JS):
+        for img in _evaluate(page, IMAGES_JS):
             why = alt_problem(img["alt"], img["src"])
             if why:
                 problems.append(f"image {img['src']}: {why}")
             if local(img["url"]) and (not img["complete"] or img["w"] == 0):
                 problems.append(f"image {img['src']}: did not load (naturalWidth 0)")
-        text = page.evaluate("() => document.body ? document.body.textContent : ''")
+        text = _evaluate(page, "() => document.body ? document.body.textContent : ''")
     finally:
         page.close()
     return problems, normalise(text)
