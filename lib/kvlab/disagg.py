@@ -14,11 +14,9 @@ from functools import cache
 
 import sympy as sp
 
-from . import calc, hardware
+from . import calc, formulas, hardware
 from ._validate import check_choice, check_int, check_number, fraction, non_negative, positive
 from .assumptions import COST, NIC_BYTES_PER_S
-from .formulas import L as L_sym
-from .formulas import N_params, P, b, beta, d_model, n_b, tau
 from .models import ModelShape
 
 #: Bytes per stored KV value for each precision the book uses.
@@ -32,67 +30,16 @@ LINKS = {
     "one_nic": "every byte through a single 50 GB/s NIC",
 }
 
-# --- the formulas this module adds (sympy, rendered in the notebooks) ------------------------------
-t_pre = sp.Symbol("t_pre", positive=True)  # prefill time of the request, s
-t_x = sp.Symbol("t_x", positive=True)  # time to send the whole KV at the link's rate, s
-t_m = sp.Symbol("t_m", nonnegative=True)  # fixed cost of one message (one layer's send), s
-ctx = sp.Symbol("n_ctx", positive=True)  # context tokens each decoding request attends to
-n_gpu = sp.Symbol("n_gpu", positive=True)  # GPUs in a replica
-F_peak = sp.Symbol("F_peak", positive=True)  # peak dense FLOP/s of one GPU
-W_hbm = sp.Symbol("W_hbm", positive=True)  # HBM bandwidth of one GPU, bytes/s
-
-_c = t_pre / L_sym  # compute of one layer
-_x = t_m + t_x / L_sym  # send of one layer
-# Layer i is computed at i*c; its send starts when it is computed and the link is free. The last
-# send ends at max_j (j*c + (L-j+1)*x); minus the prefill end L*c, that is max_m ((m+1)x - m c) for
-# m = 0..L-1, linear in m, so the maximum sits at an end: m = 0 or m = L-1.
-_EXPOSED = sp.Max(_x, L_sym * _x - (L_sym - 1) * _c)
-
-# Roofline. FLOPs: 2 per parameter per token plus attention (QK^T and AV: 4 d_model FLOPs per
-# (query, key) pair per layer; prefill's causal triangle has P^2/2 pairs, as in formulas.py).
-# Bytes: the weights once per pass, plus the KV written (prefill) or read (decode).
-_PREFILL_FLOPS = 2 * N_params * P + 2 * L_sym * P**2 * d_model
-_PREFILL_BYTES = N_params * b + P * beta
-_DECODE_FLOPS = n_b * (2 * N_params + 4 * L_sym * ctx * d_model)
-_DECODE_BYTES = N_params * b + n_b * ctx * beta
-
+# --- the formulas this module evaluates: defined once in kvlab.formulas ---------------------------
+_NAMES = ("exposed_transfer", "prefill_intensity", "decode_intensity", "implied_flops", "implied_mfu",
+          "weight_read_seconds", "decode_step_bytes")
+#: name -> (left-hand symbol, right-hand expression, meaning), views of kvlab.formulas.FORMULAS.
 FORMULAS: dict[str, tuple[sp.Symbol, sp.Expr, str]] = {
-    "exposed_transfer": (
-        sp.Symbol("t_exposed", nonnegative=True),
-        _EXPOSED,
-        "transfer left after prefill ends when each layer's KV is sent as soon as it is computed",
-    ),
-    "prefill_intensity": (
-        sp.Symbol("I_pre", positive=True),
-        _PREFILL_FLOPS / _PREFILL_BYTES,
-        "FLOP per byte of one P-token prefill pass (weights read once, KV written)",
-    ),
-    "decode_intensity": (
-        sp.Symbol("I_dec", positive=True),
-        _DECODE_FLOPS / _DECODE_BYTES,
-        "FLOP per byte of one decode step of n_b requests with n_ctx tokens of context each",
-    ),
-    "implied_flops": (
-        sp.Symbol("F_impl", positive=True),
-        2 * N_params / tau,
-        "weight FLOP/s a replica must sustain to prefill one token every tau seconds",
-    ),
-    "implied_mfu": (
-        sp.Symbol("MFU", positive=True),
-        (2 * N_params / tau) / (n_gpu * F_peak),
-        "share of the replica's peak FLOP/s that the assumed prefill cost implies",
-    ),
-    "weight_read_seconds": (
-        sp.Symbol("t_w", positive=True),
-        N_params * b / (n_gpu * W_hbm),
-        "time to read every weight once from HBM, all GPUs in parallel (the floor of a decode step)",
-    ),
-    "decode_step_bytes": (
-        sp.Symbol("B_step", positive=True),
-        _DECODE_BYTES,
-        "bytes a decode step reads: the weights plus every running request's KV",
-    ),
+    n: (formulas.FORMULAS[n].lhs, formulas.FORMULAS[n].rhs, formulas.FORMULAS[n].meaning)
+    for n in _NAMES
 }
+#: Symbols notebooks substitute into these formulas.
+n_gpu, F_peak, W_hbm, ctx = formulas.n_gpu, formulas.F_peak, formulas.W_hbm, formulas.ctx
 
 
 @cache

@@ -50,6 +50,15 @@ R_time = sp.Symbol("R", positive=True)  # time a request spends in the system, s
 N_params = sp.Symbol("N_params", positive=True)  # model parameters
 d_model = sp.Symbol("d_model", positive=True)  # hidden size
 F = sp.Symbol("F", positive=True)  # achieved FLOP/s of a replica
+t_pre = sp.Symbol("t_pre", positive=True)  # prefill time of one request, s
+t_x = sp.Symbol("t_x", positive=True)  # time to send a request's whole KV at the link's rate, s
+t_m = sp.Symbol("t_m", nonnegative=True)  # fixed cost of one message (one layer's send), s
+ctx = sp.Symbol("n_ctx", positive=True)  # context tokens each decoding request attends to
+n_gpu = sp.Symbol("n_gpu", positive=True)  # GPUs in a replica
+F_peak = sp.Symbol("F_peak", positive=True)  # peak dense FLOP/s of one GPU
+W_hbm = sp.Symbol("W_hbm", positive=True)  # HBM bandwidth of one GPU, bytes/s
+ES = sp.Symbol("E_S", positive=True)  # mean service time, s
+ES2 = sp.Symbol("E_S2", positive=True)  # second moment of the service time, s^2
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,19 @@ _DECODE_CONCURRENCY = (lam * R_time).subs(R_time, O_out * T)
 _PREFILL_FLOPS = 2 * N_params * P + 2 * L * P**2 * d_model
 # attention-aware prefill time at the FLOP/s F that makes the weight FLOPs cost tau per token.
 _PREFILL_ATTENTION_SECONDS = sp.factor(_PREFILL_FLOPS / F).subs(F, 2 * N_params / tau)
+
+# Layer-by-layer sending: layer i is computed at i c (c = t_pre / L) and its send (x = t_m + t_x / L)
+# starts when it is computed and the link is free; the last send ends max_m ((m+1) x - m c) after
+# prefill, linear in m, so the maximum is at m = 0 or m = L - 1.
+_LAYER_C = t_pre / L
+_LAYER_X = t_m + t_x / L
+_EXPOSED = sp.Max(_LAYER_X, L * _LAYER_X - (L - 1) * _LAYER_C)
+# Roofline: bytes are the weights read once per pass plus the KV written (prefill) or read (decode);
+# a decode step's FLOPs are 2 per parameter per request plus attention over n_ctx tokens.
+_PREFILL_BYTES = N_params * b + P * beta
+_DECODE_FLOPS = n_b * (2 * N_params + 4 * L * ctx * d_model)
+_DECODE_BYTES = N_params * b + n_b * ctx * beta
+_IMPLIED_FLOPS = 2 * N_params / tau
 
 FORMULAS: dict[str, Formula] = {
     f.name: f
@@ -144,6 +166,27 @@ FORMULAS: dict[str, Formula] = {
         _f("prefill_seconds_attention", "t_pre_att", _PREFILL_ATTENTION_SECONDS,
            "prefill time when the linear cost tau per token is the weight FLOPs at the same FLOP/s",
            "s"),
+        # disaggregation: overlap and roofline
+        _f("exposed_transfer", "t_exposed", _EXPOSED,
+           "transfer left after prefill ends when each layer's KV is sent as soon as it is computed",
+           "s"),
+        _f("prefill_intensity", "I_pre", _PREFILL_FLOPS / _PREFILL_BYTES,
+           "FLOP per byte of one P-token prefill pass (weights read once, KV written)", "FLOP/byte"),
+        _f("decode_intensity", "I_dec", _DECODE_FLOPS / _DECODE_BYTES,
+           "FLOP per byte of one decode step of n_b requests with n_ctx tokens of context each",
+           "FLOP/byte"),
+        _f("implied_flops", "F_impl", _IMPLIED_FLOPS,
+           "weight FLOP/s a replica must sustain to prefill one token every tau seconds", "FLOP/s"),
+        _f("implied_mfu", "MFU", _IMPLIED_FLOPS / (n_gpu * F_peak),
+           "share of the replica's peak FLOP/s that the assumed prefill cost implies", "1"),
+        _f("weight_read_seconds", "t_w", N_params * b / (n_gpu * W_hbm),
+           "time to read every weight once from HBM, all GPUs in parallel (a decode step's floor)",
+           "s"),
+        _f("decode_step_bytes", "B_step", _DECODE_BYTES,
+           "bytes a decode step reads: the weights plus every running request's KV", "bytes"),
+        # queueing
+        _f("mg1_wait", "W_q", lam * ES2 / (2 * (1 - lam * ES)),
+           "mean wait in an M/G/1 queue (Pollaczek-Khinchine), valid while lambda E[S] < 1", "s"),
         _f("arithmetic_intensity_linear", "I", 2 * n_b / b,
            "FLOP per byte of weights read when n_b tokens share one pass over the weights", "FLOP/byte"),
     ]

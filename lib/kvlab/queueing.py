@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import routing
+from . import calc, routing
 from ._validate import check_choice, check_int, check_number, non_negative, positive
 from .assumptions import COST, CostModel
 from .fleet import _evict
@@ -74,8 +74,9 @@ def mg1_wait_s(rate_rps: float, mean_service_s: float, second_moment_s2: float) 
     lam = positive("rate_rps", rate_rps)
     es = positive("mean_service_s", mean_service_s)
     es2 = check_number("second_moment_s2", second_moment_s2, lo=es * es * (1 - 1e-12))
-    rho = lam * es
-    return _INF if rho >= 1 else lam * es2 / (2 * (1 - rho))
+    if lam * es >= 1:
+        return _INF
+    return calc.evaluate("mg1_wait", **{"lambda": lam}, E_S=es, E_S2=es2)
 
 
 class IndependentRequests:
