@@ -31,9 +31,7 @@ counted by their hit at arrival) with ``load="outstanding"`` (default), or fleet
 (``load="cumulative"``: all prefill tokens ever assigned). On outstanding work a purely relative
 guard (load <= (1 + epsilon) x mean) is strict: the mean is small and any replica with a prompt in
 its queue is above it. ``guard_slack_tokens`` = s adds an absolute slack, load <= (1 + epsilon) x
-mean + s (like SGLang's absolute balance threshold); it is passed to the router as a common offset
-of s / epsilon tokens on every load, which leaves the guard's comparisons otherwise unchanged and
-the choice among eligible replicas untouched. ``view="stale"``: matched tokens from the
+mean + s (like SGLang's absolute balance threshold), passed to the router as its ``slack``. ``view="stale"``: matched tokens from the
 router's own record of what it sent where (never learns of evictions); ``"exact"``: from the caches.
 
 A replica can join at ``add_replica_at_s`` (empty cache): modulo-sticky remaps ``key mod (N+1)``,
@@ -489,9 +487,6 @@ def simulate(
     view = check_choice("view", view, {"stale", "exact"})
     load = check_choice("load", load, {"outstanding", "cumulative"})
     slack = non_negative("guard_slack_tokens", guard_slack_tokens)
-    if slack and not eps:
-        raise ValueError("guard_slack_tokens > 0 needs epsilon > 0 (it is passed as a load offset)")
-    offset = slack / eps if slack else 0.0
     check_choice("sticky", sticky, {"modulo", "ring"})
     vnodes = check_int("vnodes", vnodes, lo=1, hi=100_000)
     n = len(w)
@@ -508,7 +503,7 @@ def simulate(
 
     sim = _Sim(w, paths, cost, cap, max_batch, chunk, bool(prefill_only))
     router = routing.make_router(policy, R, seed=seed, epsilon=eps, lam=lam, sticky=sticky,
-                                 view=view, vnodes=vnodes)
+                                 view=view, vnodes=vnodes, slack=slack)
     t0 = float(arr[0])
     reps = [_Replica(sim, t0) for _ in range(R)]
     known: list[dict] = [dict() for _ in range(R)]
@@ -527,7 +522,7 @@ def simulate(
             add_at = _INF
             reps.append(_Replica(sim, t))
             known.append(dict())
-            new = _grow(router, policy, R + 1, seed, eps, lam, sticky, view, vnodes)
+            new = _grow(router, policy, R + 1, seed, eps, lam, sticky, view, vnodes, slack)
             if policy == "sticky":
                 moved = sum(router.choose(k) != new.choose(k) for k in seen_keys)
                 keys_moved = moved / max(len(seen_keys), 1)
@@ -541,8 +536,8 @@ def simulate(
                 m = [_match(kn, ks, ns, mh) * sim.bs for kn in known]
             else:
                 m = [_match(rp.cache, ks, ns, mh) * sim.bs for rp in reps]
-            loads = ([rp.out_tokens + offset for rp in reps] if outstanding
-                     else [rp.assigned + offset for rp in reps])
+            loads = ([rp.out_tokens for rp in reps] if outstanding
+                     else [rp.assigned for rp in reps])
             r = router.choose(key, m, loads)
             if stale:
                 kn = known[r]
@@ -587,7 +582,7 @@ def simulate(
     )
 
 
-def _grow(router, policy, R, seed, eps, lam, sticky, view, vnodes):
+def _grow(router, policy, R, seed, eps, lam, sticky, view, vnodes, slack=0.0):
     """The router after one replica joins: a ring gains the new replica's points, the others are
     rebuilt for ``R`` replicas (modulo-sticky then maps key mod R)."""
     if policy == "sticky" and sticky == "ring":
@@ -598,7 +593,7 @@ def _grow(router, policy, R, seed, eps, lam, sticky, view, vnodes):
         new.replicas = R
         return new
     new = routing.make_router(policy, R, seed=seed, epsilon=eps, lam=lam, sticky=sticky,
-                              view=view, vnodes=vnodes)
+                              view=view, vnodes=vnodes, slack=slack)
     if policy == "round_robin":
         new._next = router._next % R
     return new

@@ -186,9 +186,11 @@ class CacheAwareRouter(Router):
     policy = "cache_aware"
 
     def __init__(self, replicas: int, epsilon: float = 0.05, lam: float = 0.0,
-                 view: str = "stale"):
+                 view: str = "stale", slack: float = 0.0):
         super().__init__(replicas)
         self.epsilon = non_negative("epsilon", epsilon)
+        #: absolute allowance on top of (1 + epsilon) x mean load, in the caller's load unit
+        self.slack = non_negative("slack", slack)
         self.lam = non_negative("lam", lam)
         self.view = check_choice("view", view, {"stale", "exact"})
 
@@ -198,7 +200,7 @@ class CacheAwareRouter(Router):
         if m.shape != (self.replicas,) or ld.shape != (self.replicas,):
             raise ValueError(f"matched_tokens and loads must have shape ({self.replicas},), got "
                              f"{m.shape} and {ld.shape}")
-        threshold = (1.0 + self.epsilon) * (float(ld.sum()) / self.replicas)
+        threshold = (1.0 + self.epsilon) * (float(ld.sum()) / self.replicas) + self.slack
         best, best_score, best_load = -1, 0.0, 0.0
         for r in range(self.replicas):
             load = ld[r]
@@ -215,7 +217,7 @@ class CacheAwareRouter(Router):
 
 def make_router(policy: str, replicas: int, *, seed: int = 0, epsilon: float = 0.05,
                 lam: float = 0.0, sticky: str = "modulo", view: str = "stale",
-                vnodes: int = 100) -> Router:
+                vnodes: int = 100, slack: float = 0.0) -> Router:
     """A router for ``policy`` in POLICIES over ``replicas`` replicas (see the module docstring)."""
     check_choice("policy", policy, set(POLICIES))
     check_choice("view", view, {"stale", "exact"})
@@ -228,6 +230,6 @@ def make_router(policy: str, replicas: int, *, seed: int = 0, epsilon: float = 0
     elif policy == "sticky":
         router = StickyRouter(replicas, sticky, vnodes, seed)
     else:
-        router = CacheAwareRouter(replicas, epsilon, lam, view)
+        router = CacheAwareRouter(replicas, epsilon, lam, view, slack)
     router.view = view
     return router

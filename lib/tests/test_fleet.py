@@ -292,3 +292,17 @@ def test_ring_sticky_in_the_simulator():
     r = fleet.simulate(w, policy="sticky", sticky="ring", warmup=500)
     ring = routing.HashRing(8, 100, 0)
     assert np.array_equal(r.replica, [ring.lookup(int(c)) for c in w.conversation])
+
+
+def test_cache_aware_slack_widens_the_guard():
+    import numpy as np
+
+    from kvlab import routing
+
+    matched = np.array([0.0, 900.0, 0.0])
+    loads = np.array([0.0, 300.0, 0.0])  # mean 100: replica 1 is over (1 + 0.05) x mean
+    assert routing.make_router("cache_aware", 3).choose(0, matched, loads) == 0
+    wide = routing.make_router("cache_aware", 3, slack=250.0)
+    assert wide.choose(0, matched, loads) == 1  # 300 <= 1.05 x 100 + 250
+    with pytest.raises(ValueError, match="slack"):
+        routing.make_router("cache_aware", 3, slack=-1.0)
