@@ -39,6 +39,7 @@ import numpy as np
 from . import disagg
 from ._validate import check_choice, check_int, check_number, fraction, non_negative, positive
 from .assumptions import COST, CostModel
+from .latency import RequestTimes
 from .models import LLAMA_70B, ModelShape
 
 DISTRIBUTIONS = ("fixed", "lognormal")
@@ -288,7 +289,7 @@ class Replica:
 
 
 @dataclass
-class SimResult:
+class SimResult(RequestTimes):
     """Per-request times (arrays indexed by request) and a few system-level figures."""
 
     label: str
@@ -302,20 +303,6 @@ class SimResult:
     #                       counted by the event loop as requests come and go
     end_s: float  # time the last request finished
     replica_busy_s: np.ndarray  # per replica
-
-    @property
-    def ttft_s(self) -> np.ndarray:
-        return self.first_token_s - self.arrival_s
-
-    @property
-    def tpot_s(self) -> np.ndarray:
-        """Mean time per output token after the first (0 for one-token outputs)."""
-        steps = np.maximum(self.output_tokens - 1, 1)
-        return np.where(self.output_tokens > 1, (self.finish_s - self.first_token_s) / steps, 0.0)
-
-    @property
-    def latency_s(self) -> np.ndarray:
-        return self.finish_s - self.arrival_s
 
     def _window(self, warmup: float) -> np.ndarray:
         fraction("warmup", warmup)

@@ -58,6 +58,7 @@ from . import calc, routing
 from ._validate import check_choice, check_int, check_number, non_negative, positive
 from .assumptions import COST, CostModel
 from .fleet import _evict
+from .latency import RequestTimes
 from .workload import Paths
 
 __all__ = ["IndependentRequests", "QueueResult", "bench", "mg1_wait_s", "simulate",
@@ -109,7 +110,7 @@ class IndependentRequests:
 
 
 @dataclass
-class QueueResult:
+class QueueResult(RequestTimes):
     """Per-request times (s) and tokens, per-replica busy time. Statistics count requests from
     index ``warmup`` on (arrival order)."""
 
@@ -134,24 +135,11 @@ class QueueResult:
     params: dict = field(default_factory=dict)
 
     # -- per-request metrics -----------------------------------------------------------------------
-    @property
-    def ttft_s(self) -> np.ndarray:
-        return self.first_token_s - self.arrival_s
 
     @property
     def wait_s(self) -> np.ndarray:
         """Queueing delay before prefill starts."""
         return self.start_s - self.arrival_s
-
-    @property
-    def tpot_s(self) -> np.ndarray:
-        """Mean time per output token after the first (0 for one-token outputs)."""
-        steps = np.maximum(self.output_tokens - 1, 1)
-        return np.where(self.output_tokens > 1, (self.finish_s - self.first_token_s) / steps, 0.0)
-
-    @property
-    def latency_s(self) -> np.ndarray:
-        return self.finish_s - self.arrival_s
 
     # -- summaries ---------------------------------------------------------------------------------
     @property
