@@ -91,7 +91,9 @@ def test_notebooks_committed_executed():
 
 
 def test_execution_problems_detects_bad_notebooks():
-    code = lambda n, s="x = 1": {"cell_type": "code", "source": s, "execution_count": n}
+    def code(n, s="x = 1"):
+        return {"cell_type": "code", "source": s, "execution_count": n}
+
     assert execution_problems({"cells": [code(1), code(None, ""), code(2)]}) == []
     assert "no execution count" in execution_problems({"cells": [code(1), code(None)]})[0]
     assert "top to bottom" in execution_problems({"cells": [code(2), code(1)]})[0]

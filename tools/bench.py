@@ -34,8 +34,12 @@ def main(argv=None) -> int:
     print(f"chat workload: {len(w):,} requests, 8 replicas, 400,000-token caches")
     for model in ("prefix", "per_conversation"):
         for p in routing.POLICIES:
-            s = best_of(lambda p=p, model=model: fleet.simulate(w, policy=p, cache_model=model, paths=paths),
-                        args.repeat)
+            s = best_of(
+                lambda p=p, model=model: fleet.simulate(
+                    w, policy=p, cache_model=model, paths=paths
+                ),
+                args.repeat,
+            )
             print(f"  {model:17s} {p:12s} {len(w) / s:10,.0f} requests/s  ({s * 1e3:6.1f} ms)")
     demo = best_of(lambda: fleet.simulate_all(workload.ChatWorkload()), args.repeat)
     print(f"demo recompute (workload + 4 policies, {4 * len(w):,} requests): {demo:.3f} s")
@@ -47,7 +51,9 @@ def main(argv=None) -> int:
         print(f"  prefix            {p:12s} {len(t) / s:10,.0f} requests/s  ({s * 1e3:6.1f} ms)")
     from kvlab import pdsim, queueing
 
-    print("queueing simulator (kvlab.queueing), 100,000 chat requests on 8 replicas at 20 requests/s:")
+    print(
+        "queueing simulator (kvlab.queueing), 100,000 chat requests on 8 replicas at 20 requests/s:"
+    )
     queueing.bench()
     print("colocated vs disaggregated simulator (kvlab.pdsim), 100,000 requests on 8 replicas:")
     out = pdsim.bench(requests=100_000)

@@ -30,15 +30,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
-from kvlab import calc, models
-from kvlab.measure import copies, discover, results, transfer
+from kvlab import calc, models  # noqa: E402  (after the sys.path line above)
+from kvlab.measure import copies, discover, results, transfer  # noqa: E402
 
 
 def driver_version() -> str | None:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             check=False, capture_output=True, text=True, timeout=20)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        return (
+            out.stdout.strip().splitlines()[0]
+            if out.returncode == 0 and out.stdout.strip()
+            else None
+        )
     except (OSError, subprocess.SubprocessError, IndexError):
         return None
 
@@ -46,13 +55,23 @@ def driver_version() -> str | None:
 def machine_block(d, command: str) -> dict:
     import torch
 
-    return {"gpu": d.gpu_name, "gpus": d.gpus, "gpu_count": d.gpu_count, "peer_access": d.peer_access,
-            "driver": driver_version(), "cuda": d.cuda_version, "torch": d.torch, "vllm": d.vllm,
-            "python": platform.python_version(), "colab": d.colab,
-            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-            "date": dt.date.today().isoformat(),
-            "recorded_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "command": command, "kvlab_measure": "kvlab.measure (this repository)"}
+    return {
+        "gpu": d.gpu_name,
+        "gpus": d.gpus,
+        "gpu_count": d.gpu_count,
+        "peer_access": d.peer_access,
+        "driver": driver_version(),
+        "cuda": d.cuda_version,
+        "torch": d.torch,
+        "vllm": d.vllm,
+        "python": platform.python_version(),
+        "colab": d.colab,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "date": dt.date.today().isoformat(),
+        "recorded_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": command,
+        "kvlab_measure": "kvlab.measure (this repository)",
+    }
 
 
 def _timed(fn, repeats):
@@ -102,15 +121,26 @@ def prefix_reuse(model, shape_name, repeats):
     cold_engine = PrefixReuseEngine(model)
     cold = [cold_engine.prefill(p, keep_logits=True) for p in ps[1:]]
     match = all(c.first_token == w.first_token for c, w in zip(cold, warm[1:], strict=True))
-    max_diff = max(float((c.logits - w.logits).abs().max()) for c, w in zip(cold, warm[1:], strict=True))
+    max_diff = max(
+        float((c.logits - w.logits).abs().max()) for c, w in zip(cold, warm[1:], strict=True)
+    )
     cold_s = statistics.median(c.seconds for c in cold)
     warm_s = statistics.median(w.seconds for w in warm[1:])
     P, c = len(ps[1]), warm[1].cached_tokens
-    return {"shape": shape_name, "dtype": str(model.head.weight.dtype), "prompt_tokens": P,
-            "cached_tokens": c, "cold_s": cold_s, "warm_s": warm_s, "saved_s": cold_s - warm_s,
-            "predicted_saving_linear_s": predicted_saving_s(cold_s, P, c),
-            "first_tokens_match": match, "max_abs_logit_diff": max_diff,
-            "cached_per_request": [w.cached_tokens for w in warm], "torch_version": torch.__version__}
+    return {
+        "shape": shape_name,
+        "dtype": str(model.head.weight.dtype),
+        "prompt_tokens": P,
+        "cached_tokens": c,
+        "cold_s": cold_s,
+        "warm_s": warm_s,
+        "saved_s": cold_s - warm_s,
+        "predicted_saving_linear_s": predicted_saving_s(cold_s, P, c),
+        "first_tokens_match": match,
+        "max_abs_logit_diff": max_diff,
+        "cached_per_request": [w.cached_tokens for w in warm],
+        "torch_version": torch.__version__,
+    }
 
 
 def main(argv=None) -> int:
@@ -120,7 +150,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-vllm", action="store_true", help="skip vLLM even if installed")
     ap.add_argument("--vllm-model", default=None, help="model for the vLLM part")
     args = ap.parse_args(argv)
-    command = "python tools/record_gpu.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python tools/record_gpu.py " + " ".join(
+        shlex.quote(a) for a in (argv or sys.argv[1:])
+    )
     d = discover()
     print("\n".join(d.lines()))
     if d.device != "cuda":
@@ -130,13 +162,19 @@ def main(argv=None) -> int:
     from kvlab.measure.model import make_model
 
     repeats = 2 if args.quick else 5
-    tokens = [1024, 4096, 16384, 65536] if args.quick else [1024, 2048, 4096, 8192, 16384, 32768, 65536]
+    tokens = (
+        [1024, 4096, 16384, 65536] if args.quick else [1024, 2048, 4096, 8192, 16384, 32768, 65536]
+    )
     machine = machine_block(d, command.strip())
     date = machine["date"]
     shape = models.LLAMA3_8B
 
     # --- Lab 2 -------------------------------------------------------------------------------
-    lab2 = {"machine": machine, "shape": shape.name, "kv_bytes_per_token": calc.model_kv_bytes_per_token(shape)}
+    lab2 = {
+        "machine": machine,
+        "shape": shape.name,
+        "kv_bytes_per_token": calc.model_kv_bytes_per_token(shape),
+    }
     t0 = time.time()
     res, skipped = copies.kv_copy_sweep(shape, tokens, repeats=repeats, warmup=2)
     lab2["copies"] = [r.as_dict() for r in res]
@@ -159,13 +197,19 @@ def main(argv=None) -> int:
         model = make_model(shape, vocab=32_000, device="cuda", dtype=dtype, ffn_dim=14336)
         model_shape = shape.name
     else:  # a T4 or L4: the Lab 1 model's shape fits
-        model = make_model(models.QWEN25_05B, vocab=32_000, device="cuda", dtype=dtype, ffn_dim=4864)
+        model = make_model(
+            models.QWEN25_05B, vocab=32_000, device="cuda", dtype=dtype, ffn_dim=4864
+        )
         model_shape = models.QWEN25_05B.name
     t0 = time.time()
     prefill_tokens = [1024, 4096, 16384] if args.quick else [1024, 2048, 4096, 8192, 16384, 32768]
-    lab2["prefill"] = {"shape": model_shape, "dtype": str(dtype), "params": model.params,
-                       "kv_bytes_per_token": model.kv_bytes_per_token,
-                       "rows": prefill_sweep(model, prefill_tokens, max(2, repeats // 2))}
+    lab2["prefill"] = {
+        "shape": model_shape,
+        "dtype": str(dtype),
+        "params": model.params,
+        "kv_bytes_per_token": model.kv_bytes_per_token,
+        "rows": prefill_sweep(model, prefill_tokens, max(2, repeats // 2)),
+    }
     print(f"prefill sweep in {time.time() - t0:.0f} s")
     p2 = results.save_results("lab2", lab2, d.gpu_name, date, args.out)
     print(f"wrote {p2}")
@@ -179,19 +223,27 @@ def main(argv=None) -> int:
     del model
     torch.cuda.empty_cache()
     if args.no_vllm or not d.vllm:
-        lab1["vllm"] = {"recorded": False,
-                        "reason": "skipped by --no-vllm" if args.no_vllm else "vllm not installed"}
+        lab1["vllm"] = {
+            "recorded": False,
+            "reason": "skipped by --no-vllm" if args.no_vllm else "vllm not installed",
+        }
     else:
         from kvlab.measure import vllm_lab
 
         try:
-            out = vllm_lab.run_offline(model=args.vllm_model or vllm_lab.DEFAULT_MODEL,
-                                       requests=30 if args.quick else 100, system_tokens=2000)
+            out = vllm_lab.run_offline(
+                model=args.vllm_model or vllm_lab.DEFAULT_MODEL,
+                requests=30 if args.quick else 100,
+                system_tokens=2000,
+            )
             out["recorded"] = True
             lab1["vllm"] = out
         except Exception as exc:  # noqa: BLE001 - record the failure, keep going
-            lab1["vllm"] = {"recorded": False, "reason": f"{type(exc).__name__}: {exc}",
-                            "traceback": traceback.format_exc()[-2000:]}
+            lab1["vllm"] = {
+                "recorded": False,
+                "reason": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-2000:],
+            }
     p1 = results.save_results("lab1", lab1, d.gpu_name, date, args.out)
     print(f"wrote {p1}")
     return 0

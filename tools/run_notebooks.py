@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def run(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     client.execute()
     nbformat.write(nb, path)
     return time.perf_counter() - start
@@ -26,7 +28,9 @@ def run(path: Path) -> float:
 
 def main(argv: list[str]) -> int:
     paths = [Path(p).resolve() for p in argv] or sorted(
-        p for folder in ("notebooks", "solutions") for p in (ROOT / folder).rglob("*.ipynb")
+        p
+        for folder in ("notebooks", "solutions")
+        for p in (ROOT / folder).rglob("*.ipynb")
         if ".ipynb_checkpoints" not in p.parts
     )
     for path in paths:

@@ -14,7 +14,19 @@ def __getattr__(name):
     # Heavier modules load on first use: ``from kvlab import fleet`` still works.
     import importlib
 
-    if name in {"cache", "workload", "traces", "routing", "fleet", "queueing", "disagg", "plots",
-                "widgets", "measure", "worked", "selfcheck"}:
+    if name in {
+        "cache",
+        "workload",
+        "traces",
+        "routing",
+        "fleet",
+        "queueing",
+        "disagg",
+        "plots",
+        "widgets",
+        "measure",
+        "worked",
+        "selfcheck",
+    }:
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'kvlab' has no attribute {name!r}")

@@ -36,9 +36,7 @@ def check_number(
     if hi is not None:
         bad = bad or (v >= hi if hi_open else v > hi)
     if bad:
-        raise ValueError(
-            f"{name} must be in {_describe(lo, hi, lo_open, hi_open)}, got {value!r}"
-        )
+        raise ValueError(f"{name} must be in {_describe(lo, hi, lo_open, hi_open)}, got {value!r}")
     return v
 
 
@@ -53,7 +51,9 @@ def check_int(name: str, value, *, lo: int | None = None, hi: int | None = None)
         )
     v = int(value)
     if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise ValueError(f"{name} must be an integer in {_describe(lo, hi, False, False)}, got {value!r}")
+        raise ValueError(
+            f"{name} must be an integer in {_describe(lo, hi, False, False)}, got {value!r}"
+        )
     return v
 
 

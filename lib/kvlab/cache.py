@@ -176,7 +176,9 @@ def extra_keys(
     """The extra keys of the block covering prompt positions ``[block_start, block_end)``: the digest
     of every multimodal input overlapping it, the adapter id, and the cache salt (first block only;
     chaining carries it into every later block)."""
-    keys: list = [["mm", mm.digest] for mm in mm_inputs if mm.start < block_end and mm.end > block_start]
+    keys: list = [
+        ["mm", mm.digest] for mm in mm_inputs if mm.start < block_end and mm.end > block_start
+    ]
     if adapter is not None:
         keys.append(["adapter", adapter])
     if cache_salt is not None and block_start == 0:
@@ -250,7 +252,9 @@ class BlockHashCache:
     raised and the cache is left unchanged (a real engine would queue or preempt the request).
     """
 
-    def __init__(self, capacity_blocks: int, block_size: int = BLOCK_SIZE, *, record_events: bool = True):
+    def __init__(
+        self, capacity_blocks: int, block_size: int = BLOCK_SIZE, *, record_events: bool = True
+    ):
         self.capacity_blocks = check_int("capacity_blocks", capacity_blocks, lo=1)
         self.block_size = _check_block_size(block_size)
         self.record_events = bool(record_events)
@@ -335,8 +339,9 @@ class BlockHashCache:
     # -- the hit ------------------------------------------------------------------------------
 
     def _keys(self, tokens: np.ndarray, adapter, mm_inputs, cache_salt) -> list[str]:
-        return block_keys(tokens, self.block_size, adapter=adapter, mm_inputs=mm_inputs,
-                          cache_salt=cache_salt)
+        return block_keys(
+            tokens, self.block_size, adapter=adapter, mm_inputs=mm_inputs, cache_salt=cache_salt
+        )
 
     def match_blocks(self, prompt_ids, *, adapter=None, mm_inputs=(), cache_salt=None) -> int:
         """How many leading full blocks of the prompt are cached (no side effects, no limit)."""
@@ -383,7 +388,9 @@ class BlockHashCache:
                 while len(self._blocks) >= self.capacity_blocks:
                     self._evict_one()
                 parent = ROOT_KEY if depth == 0 else held[depth - 1]
-                b = _Block(key, parent, depth, tuple(int(t) for t in tokens[depth * bs:(depth + 1) * bs]))
+                b = _Block(
+                    key, parent, depth, tuple(int(t) for t in tokens[depth * bs : (depth + 1) * bs])
+                )
                 self._blocks[key] = b
                 if self.record_events:
                     self.events.append(CacheEvent("stored", key, depth, bs))
@@ -447,9 +454,10 @@ class BlockHashCache:
             out = _as_tokens("output_ids", request.output_ids if output_ids is None else output_ids)
             prompt = _as_tokens("prompt_ids", request.prompt_ids)
             full = np.concatenate([prompt, out])
-            keys = self._keys(full, request.adapter, _check_mm(request.mm_inputs, len(prompt)),
-                              request.cache_salt)
-            extra = keys[len(held):]
+            keys = self._keys(
+                full, request.adapter, _check_mm(request.mm_inputs, len(prompt)), request.cache_salt
+            )
+            extra = keys[len(held) :]
             if extra:
                 self._check_room(extra, rid, "the answer")
                 self._pin_chain(extra, full, rid, len(held))
@@ -460,8 +468,16 @@ class BlockHashCache:
                 self._free[key] = None  # back of the queue; deepest block first
         del self._running[rid]
 
-    def serve(self, prompt_ids, output_ids=(), *, adapter=None, mm_inputs=(), cache_salt=None,
-              cache_output: bool = True) -> int:
+    def serve(
+        self,
+        prompt_ids,
+        output_ids=(),
+        *,
+        adapter=None,
+        mm_inputs=(),
+        cache_salt=None,
+        cache_output: bool = True,
+    ) -> int:
         """Start and finish one request at once; return its hit in tokens."""
         req = Request(prompt_ids, output_ids, adapter, tuple(mm_inputs), cache_salt)
         hit = self.start(req)
@@ -522,7 +538,9 @@ class RadixTree:
         self._nid = itertools.count()
         self._roots: dict[tuple, _Node] = {}
         self._cached = 0  # tokens stored in the tree
-        self._reserved = 0  # tokens running requests will add (their KV exists, not yet in the tree)
+        self._reserved = (
+            0  # tokens running requests will add (their KV exists, not yet in the tree)
+        )
         self._running: dict = {}
         self._clock = 0
         self._ids = itertools.count()
@@ -583,9 +601,16 @@ class RadixTree:
 
         def walk(node: _Node, pid, ns) -> None:
             for child in sorted(node.children.values(), key=lambda c: c.tokens):
-                rows.append({"id": child.nid, "parent": pid, "namespace": ns,
-                             "tokens": child.tokens, "lock": child.lock,
-                             "last_used": child.last_used})
+                rows.append(
+                    {
+                        "id": child.nid,
+                        "parent": pid,
+                        "namespace": ns,
+                        "tokens": child.tokens,
+                        "lock": child.lock,
+                        "last_used": child.last_used,
+                    }
+                )
                 walk(child, child.nid, ns)
 
         for ns, root in sorted(self._roots.items(), key=lambda kv: repr(kv[0])):
@@ -605,7 +630,9 @@ class RadixTree:
                 assert node.tokens, "empty edge"
                 assert len(node.tokens) % self.page_size == 0, "edge not page-aligned"
                 assert node.start == node.parent.end, "wrong start depth"
-                assert node.parent.children[node.tokens[:self.page_size]] is node, "child indexed wrongly"
+                assert node.parent.children[node.tokens[: self.page_size]] is node, (
+                    "child indexed wrongly"
+                )
                 assert node.parent.lock >= node.lock, "lock not propagated to parent"
         assert total == self._cached, "token count drifted"
         assert self._cached + self._reserved <= self.capacity_tokens, "capacity exceeded"
@@ -635,13 +662,16 @@ class RadixTree:
             return 0, None
         pos = 0
         while pos + ps <= len(toks):
-            child = node.children.get(toks[pos:pos + ps])
+            child = node.children.get(toks[pos : pos + ps])
             if child is None:
                 break
             edge = child.tokens
             k = 0
-            while k + ps <= len(edge) and pos + k + ps <= len(toks) and \
-                    edge[k:k + ps] == toks[pos + k:pos + k + ps]:
+            while (
+                k + ps <= len(edge)
+                and pos + k + ps <= len(toks)
+                and edge[k : k + ps] == toks[pos + k : pos + k + ps]
+            ):
                 k += ps
             if k == 0:
                 break
@@ -662,11 +692,11 @@ class RadixTree:
         parent = child.parent
         mid = _Node(child.tokens[:k], parent, child.start, next(self._nid), child.last_used)
         mid.lock = child.lock
-        parent.children[mid.tokens[:self.page_size]] = mid
+        parent.children[mid.tokens[: self.page_size]] = mid
         child.tokens = child.tokens[k:]
         child.start = mid.end
         child.parent = mid
-        mid.children[child.tokens[:self.page_size]] = child
+        mid.children[child.tokens[: self.page_size]] = child
         return mid
 
     def match(self, prompt_ids, *, adapter=None, mm_inputs=(), cache_salt=None) -> int:
@@ -711,7 +741,7 @@ class RadixTree:
             else:
                 n = ps  # block-aligned: one page from the leaf's tail, like the block cache
             end = node.end
-            node.tokens = node.tokens[:len(node.tokens) - n]
+            node.tokens = node.tokens[: len(node.tokens) - n]
             freed += n
             self._cached -= n
             if self.record_events:
@@ -752,8 +782,9 @@ class RadixTree:
         leaving the cached contents unchanged, if locked and reserved KV would not fit."""
         if not isinstance(request, Request):
             raise ValueError(f"request must be a kvlab.cache.Request, got {type(request).__name__}")
-        arr, toks, ns = self._prepare(request.prompt_ids, request.adapter, request.mm_inputs,
-                                      request.cache_salt)
+        arr, toks, ns = self._prepare(
+            request.prompt_ids, request.adapter, request.mm_inputs, request.cache_salt
+        )
         if len(arr) == 0:
             raise ValueError("prompt_ids must hold at least 1 token, got an empty prompt")
         if request.request_id is None:
@@ -785,7 +816,7 @@ class RadixTree:
         rest = toks[pos:]
         if rest:
             leaf = _Node(rest, node, pos, next(self._nid), self._clock)
-            node.children[rest[:self.page_size]] = leaf
+            node.children[rest[: self.page_size]] = leaf
             self._cached += len(rest)
             if self.record_events:
                 self.events.append(CacheEvent("stored", f"node{leaf.nid}", leaf.end, len(rest)))
@@ -799,12 +830,13 @@ class RadixTree:
         if rid not in self._running:
             raise ValueError(f"request_id {rid!r} is not running; call start() first")
         start_node, reserve = self._running[rid]
-        arr, toks, ns = self._prepare(request.prompt_ids, request.adapter, request.mm_inputs,
-                                      request.cache_salt)
+        arr, toks, ns = self._prepare(
+            request.prompt_ids, request.adapter, request.mm_inputs, request.cache_salt
+        )
         if cache_output:
             out = _as_tokens("output_ids", request.output_ids if output_ids is None else output_ids)
             toks = toks + tuple(int(t) for t in out)
-        toks = toks[:self._aligned(len(toks))]
+        toks = toks[: self._aligned(len(toks))]
         matched, node = self._walk(ns, toks, split=True)
         self._lock(node, +1)
         new = len(toks) - matched
@@ -825,8 +857,16 @@ class RadixTree:
         self._lock(start_node, -1)
         del self._running[rid]
 
-    def serve(self, prompt_ids, output_ids=(), *, adapter=None, mm_inputs=(), cache_salt=None,
-              cache_output: bool = True) -> int:
+    def serve(
+        self,
+        prompt_ids,
+        output_ids=(),
+        *,
+        adapter=None,
+        mm_inputs=(),
+        cache_salt=None,
+        cache_output: bool = True,
+    ) -> int:
         """Start and finish one request at once; return its hit in tokens."""
         req = Request(prompt_ids, output_ids, adapter, tuple(mm_inputs), cache_salt)
         hit = self.start(req)
@@ -839,16 +879,19 @@ class RadixTree:
 
     # -- display ------------------------------------------------------------------------------
 
-    def render(self, detok: Callable[[Sequence[int]], str] | None = None, max_chars: int = 40) -> str:
+    def render(
+        self, detok: Callable[[Sequence[int]], str] | None = None, max_chars: int = 40
+    ) -> str:
         """The tree as text: one line per edge with its tokens (through ``detok`` if given), its
         length, lock count and last-used time."""
+
         def label(tokens) -> str:
             if detok is not None:
                 text = detok(tokens)
             else:
                 text = " ".join(str(t) for t in tokens)
             text = text.replace("\n", "\\n")
-            return text if len(text) <= max_chars else text[:max_chars - 3] + "..."
+            return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
 
         lines: list[str] = []
 
@@ -857,7 +900,7 @@ class RadixTree:
             for i, child in enumerate(kids):
                 last = i == len(kids) - 1
                 lines.append(
-                    f"{prefix}{'└── ' if last else '├── '}\"{label(child.tokens)}\" "
+                    f'{prefix}{"└── " if last else "├── "}"{label(child.tokens)}" '
                     f"({len(child.tokens)} tok, lock={child.lock}, t={child.last_used})"
                 )
                 walk(child, prefix + ("    " if last else "│   "))

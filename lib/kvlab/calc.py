@@ -47,7 +47,9 @@ def _floor(x: float) -> int:
 # --- KV size -------------------------------------------------------------------------------------
 
 
-def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_value: float = 2) -> int:
+def kv_bytes_per_token(
+    layers: int, kv_heads: int, head_dim: int, bytes_per_value: float = 2
+) -> int:
     """KV cache bytes per token: 2 (K and V) x layers x kv_heads x head_dim x bytes_per_value."""
     layers = check_int("layers", layers, lo=1)
     kv_heads = check_int("kv_heads", kv_heads, lo=1)
@@ -135,20 +137,33 @@ def _cached(cached_tokens, shared_tokens, history_tokens, new_tokens):
     check_number("cached_tokens", cached_tokens, lo=0, hi=prompt)
 
 
-def hit_fraction(cached_tokens: float, shared_tokens: float, history_tokens: float, new_tokens: float) -> float:
+def hit_fraction(
+    cached_tokens: float, shared_tokens: float, history_tokens: float, new_tokens: float
+) -> float:
     """Share of the prompt served from cache."""
     _cached(cached_tokens, shared_tokens, history_tokens, new_tokens)
-    return evaluate("hit_fraction", c=cached_tokens, S=shared_tokens, H=history_tokens, U=new_tokens)
+    return evaluate(
+        "hit_fraction", c=cached_tokens, S=shared_tokens, H=history_tokens, U=new_tokens
+    )
 
 
 def prefill_load(
-    rate_rps: float, shared_tokens: float, history_tokens: float, new_tokens: float, cached_tokens: float
+    rate_rps: float,
+    shared_tokens: float,
+    history_tokens: float,
+    new_tokens: float,
+    cached_tokens: float,
 ) -> float:
     """Prompt tokens per second the fleet must compute."""
     positive("rate_rps", rate_rps)
     _cached(cached_tokens, shared_tokens, history_tokens, new_tokens)
     return evaluate(
-        "prefill_load", **{"lambda": rate_rps}, S=shared_tokens, H=history_tokens, U=new_tokens, c=cached_tokens
+        "prefill_load",
+        **{"lambda": rate_rps},
+        S=shared_tokens,
+        H=history_tokens,
+        U=new_tokens,
+        c=cached_tokens,
     )
 
 
@@ -168,13 +183,22 @@ def capacity_share(load_tokens_per_s: float, replicas: int, prefill_tokens_per_s
 
 
 def prefill_seconds(
-    shared_tokens: float, history_tokens: float, new_tokens: float, cached_tokens: float, seconds_per_token: float
+    shared_tokens: float,
+    history_tokens: float,
+    new_tokens: float,
+    cached_tokens: float,
+    seconds_per_token: float,
 ) -> float:
     """Prefill time of one request under the linear cost model."""
     _cached(cached_tokens, shared_tokens, history_tokens, new_tokens)
     positive("seconds_per_token", seconds_per_token)
     return evaluate(
-        "prefill_seconds", S=shared_tokens, H=history_tokens, U=new_tokens, c=cached_tokens, tau=seconds_per_token
+        "prefill_seconds",
+        S=shared_tokens,
+        H=history_tokens,
+        U=new_tokens,
+        c=cached_tokens,
+        tau=seconds_per_token,
     )
 
 
@@ -212,17 +236,26 @@ def prefill_demand(rate_rps: float, prompt_tokens: float, hit_rate: float = 0.0)
 
 
 def prefill_replicas_exact(
-    rate_rps: float, prompt_tokens: float, hit_rate: float = 0.0, prefill_tokens_per_s: float = 10_000
+    rate_rps: float,
+    prompt_tokens: float,
+    hit_rate: float = 0.0,
+    prefill_tokens_per_s: float = 10_000,
 ) -> float:
     """Prefill work in replicas, before rounding up."""
     prefill_demand(rate_rps, prompt_tokens, hit_rate)
     positive("prefill_tokens_per_s", prefill_tokens_per_s)
     return evaluate(
-        "prefill_replicas_exact", **{"lambda": rate_rps}, P=prompt_tokens, h=hit_rate, mu=prefill_tokens_per_s
+        "prefill_replicas_exact",
+        **{"lambda": rate_rps},
+        P=prompt_tokens,
+        h=hit_rate,
+        mu=prefill_tokens_per_s,
     )
 
 
-def decode_step_seconds(batch: float, decode_base_s: float = 0.020, decode_per_request_s: float = 0.0002) -> float:
+def decode_step_seconds(
+    batch: float, decode_base_s: float = 0.020, decode_per_request_s: float = 0.0002
+) -> float:
     """One decode step with ``batch`` running requests."""
     non_negative("batch", batch)
     positive("decode_base_s", decode_base_s)
@@ -236,7 +269,9 @@ def _tpot(tpot_s, decode_base_s, decode_per_request_s):
     check_number("tpot_s", tpot_s, lo=decode_base_s + decode_per_request_s)
 
 
-def max_decode_batch(tpot_s: float, decode_base_s: float = 0.020, decode_per_request_s: float = 0.0002) -> int:
+def max_decode_batch(
+    tpot_s: float, decode_base_s: float = 0.020, decode_per_request_s: float = 0.0002
+) -> int:
     """Largest batch whose decode step still meets the TPOT target (rounded down)."""
     _tpot(tpot_s, decode_base_s, decode_per_request_s)
     return _floor(evaluate("max_decode_batch", T=tpot_s, a=decode_base_s, k=decode_per_request_s))
@@ -302,7 +337,12 @@ def prefill_seconds_attention(
     layers = check_int("layers", layers, lo=1)
     d_model = check_int("d_model", d_model, lo=1)
     return evaluate(
-        "prefill_seconds_attention", P=prompt_tokens, tau=seconds_per_token, N_params=params, L=layers, d_model=d_model
+        "prefill_seconds_attention",
+        P=prompt_tokens,
+        tau=seconds_per_token,
+        N_params=params,
+        L=layers,
+        d_model=d_model,
     )
 
 

@@ -31,8 +31,15 @@ LINKS = {
 }
 
 # --- the formulas this module evaluates: defined once in kvlab.formulas ---------------------------
-_NAMES = ("exposed_transfer", "prefill_intensity", "decode_intensity", "implied_flops", "implied_mfu",
-          "weight_read_seconds", "decode_step_bytes")
+_NAMES = (
+    "exposed_transfer",
+    "prefill_intensity",
+    "decode_intensity",
+    "implied_flops",
+    "implied_mfu",
+    "weight_read_seconds",
+    "decode_step_bytes",
+)
 #: name -> (left-hand symbol, right-hand expression, meaning), views of kvlab.formulas.FORMULAS.
 FORMULAS: dict[str, tuple[sp.Symbol, sp.Expr, str]] = {
     n: (formulas.FORMULAS[n].lhs, formulas.FORMULAS[n].rhs, formulas.FORMULAS[n].meaning)
@@ -82,8 +89,9 @@ def bytes_per_value(precision: str) -> int:
     return PRECISION_BYTES[check_choice("precision", precision, PRECISION_BYTES)]
 
 
-def link_bandwidth(link: str, gpu: hardware.GPU = hardware.H100_SXM,
-                   nic_bytes_per_s: float = NIC_BYTES_PER_S) -> float:
+def link_bandwidth(
+    link: str, gpu: hardware.GPU = hardware.H100_SXM, nic_bytes_per_s: float = NIC_BYTES_PER_S
+) -> float:
     """One-way bytes/s of one link of kind ``link`` (see :data:`LINKS`)."""
     check_choice("link", link, LINKS)
     if link == "nvlink":
@@ -114,9 +122,16 @@ class KVTransfer:
         return self.links * self.link_bytes_per_s
 
 
-def kv_transfer(model: ModelShape, prompt_tokens: float, precision: str = "fp16", tp: int = 8,
-                link: str = "nic_per_gpu", setup_s: float = 0.0, gpu: hardware.GPU = hardware.H100_SXM,
-                nic_bytes_per_s: float = NIC_BYTES_PER_S) -> KVTransfer:
+def kv_transfer(
+    model: ModelShape,
+    prompt_tokens: float,
+    precision: str = "fp16",
+    tp: int = 8,
+    link: str = "nic_per_gpu",
+    setup_s: float = 0.0,
+    gpu: hardware.GPU = hardware.H100_SXM,
+    nic_bytes_per_s: float = NIC_BYTES_PER_S,
+) -> KVTransfer:
     """Size and time of sending one request's KV.
 
     With ``tp`` GPUs per server each GPU holds 1/tp of the KV heads and sends its share over its own
@@ -130,8 +145,9 @@ def kv_transfer(model: ModelShape, prompt_tokens: float, precision: str = "fp16"
     w = link_bandwidth(link, gpu, nic_bytes_per_s)
     links = 1 if link == "one_nic" else tp
     seconds = calc.transfer_seconds(total, w, links=links, setup_s=setup_s)
-    return KVTransfer(prompt_tokens, total, calc.per_gpu_bytes(total, tp), seconds, link, w, links,
-                      setup_s)
+    return KVTransfer(
+        prompt_tokens, total, calc.per_gpu_bytes(total, tp), seconds, link, w, links, setup_s
+    )
 
 
 def transfer_share_of_ttft(transfer_s: float, prefill_s: float) -> float:
@@ -142,11 +158,18 @@ def transfer_share_of_ttft(transfer_s: float, prefill_s: float) -> float:
     return 0.0 if total == 0 else transfer_s / total
 
 
-def crossover_prompt_tokens(model: ModelShape, share: float = 0.05, link: str = "one_nic",
-                            precision: str = "fp16", tp: int = 8, setup_s: float = 0.0,
-                            prefill_s_per_token: float = COST.prefill_s_per_token,
-                            attention: bool = False, gpu: hardware.GPU = hardware.H100_SXM,
-                            nic_bytes_per_s: float = NIC_BYTES_PER_S) -> float:
+def crossover_prompt_tokens(
+    model: ModelShape,
+    share: float = 0.05,
+    link: str = "one_nic",
+    precision: str = "fp16",
+    tp: int = 8,
+    setup_s: float = 0.0,
+    prefill_s_per_token: float = COST.prefill_s_per_token,
+    attention: bool = False,
+    gpu: hardware.GPU = hardware.H100_SXM,
+    nic_bytes_per_s: float = NIC_BYTES_PER_S,
+) -> float:
     """Smallest prompt (tokens) at which transfer reaches ``share`` of TTFT, or ``math.inf``.
 
     Under the linear prefill cost both transfer and prefill grow linearly, so the share only falls
@@ -160,8 +183,9 @@ def crossover_prompt_tokens(model: ModelShape, share: float = 0.05, link: str = 
     def excess(tokens: float) -> float:
         x = kv_transfer(model, tokens, precision, tp, link, setup_s, gpu, nic_bytes_per_s).seconds
         if attention:
-            pre = calc.prefill_seconds_attention(tokens, prefill_s_per_token, model.params,
-                                                 model.layers, model.d_model)
+            pre = calc.prefill_seconds_attention(
+                tokens, prefill_s_per_token, model.params, model.layers, model.d_model
+            )
         else:
             pre = tokens * prefill_s_per_token
         return transfer_share_of_ttft(x, pre) - share
@@ -185,8 +209,9 @@ def crossover_prompt_tokens(model: ModelShape, share: float = 0.05, link: str = 
 # --- layer-by-layer sending -----------------------------------------------------------------------
 
 
-def exposed_transfer_seconds(prefill_s: float, transfer_s: float, layers: int,
-                             per_message_s: float = 0.0) -> float:
+def exposed_transfer_seconds(
+    prefill_s: float, transfer_s: float, layers: int, per_message_s: float = 0.0
+) -> float:
     """Transfer still running when prefill ends, if each layer's KV is sent once it is computed.
 
     Per layer: compute ``prefill_s / layers``, send ``per_message_s + transfer_s / layers``. The
@@ -201,11 +226,14 @@ def exposed_transfer_seconds(prefill_s: float, transfer_s: float, layers: int,
         return 0.0
     if prefill_s == 0:
         return layers * per_message_s + transfer_s
-    return evaluate("exposed_transfer", t_pre=prefill_s, t_x=transfer_s, L=layers, t_m=per_message_s)
+    return evaluate(
+        "exposed_transfer", t_pre=prefill_s, t_x=transfer_s, L=layers, t_m=per_message_s
+    )
 
 
-def simulate_layerwise(prefill_s: float, transfer_s: float, layers: int,
-                       per_message_s: float = 0.0) -> float:
+def simulate_layerwise(
+    prefill_s: float, transfer_s: float, layers: int, per_message_s: float = 0.0
+) -> float:
     """Event-by-event version of :func:`exposed_transfer_seconds` (for checking it)."""
     c = prefill_s / layers
     x = per_message_s + transfer_s / layers
@@ -330,13 +358,27 @@ class PoolPlan:
         return self.prefill / self.decode
 
 
-def size_pools(rate_rps: float, prompt_tokens: float, output_tokens: float, tpot_s: float,
-               hit_rate: float = 0.0, cost=COST) -> PoolPlan:
+def size_pools(
+    rate_rps: float,
+    prompt_tokens: float,
+    output_tokens: float,
+    tpot_s: float,
+    hit_rate: float = 0.0,
+    cost=COST,
+) -> PoolPlan:
     """Pools for a traffic mix under the cost model ``cost`` (wraps :func:`kvlab.calc.pool_sizes`)."""
     fraction("hit_rate", hit_rate)
     mu = cost.prefill_tokens_per_s
-    p, d = calc.pool_sizes(rate_rps, prompt_tokens, output_tokens, tpot_s, hit_rate, mu,
-                           cost.decode_base_s, cost.decode_per_request_s)
+    p, d = calc.pool_sizes(
+        rate_rps,
+        prompt_tokens,
+        output_tokens,
+        tpot_s,
+        hit_rate,
+        mu,
+        cost.decode_base_s,
+        cost.decode_per_request_s,
+    )
     batch = calc.max_decode_batch(tpot_s, cost.decode_base_s, cost.decode_per_request_s)
     conc = calc.decode_concurrency(rate_rps, output_tokens, tpot_s)
     return PoolPlan(
@@ -353,28 +395,53 @@ def size_pools(rate_rps: float, prompt_tokens: float, output_tokens: float, tpot
 # --- roofline -----------------------------------------------------------------------------------
 
 
-def prefill_intensity(model: ModelShape, prompt_tokens: float, bytes_per_param: float = 2,
-                      kv_bytes_per_value: float = 2, attention: bool = True) -> float:
+def prefill_intensity(
+    model: ModelShape,
+    prompt_tokens: float,
+    bytes_per_param: float = 2,
+    kv_bytes_per_value: float = 2,
+    attention: bool = True,
+) -> float:
     """FLOP per byte of a prefill pass of ``prompt_tokens`` tokens (weights read once)."""
     positive("prompt_tokens", prompt_tokens)
     positive("bytes_per_param", bytes_per_param)
     kvb = calc.model_kv_bytes_per_token(model, kv_bytes_per_value)
     if not attention:
         return calc.arithmetic_intensity(prompt_tokens, bytes_per_param)
-    return evaluate("prefill_intensity", N_params=model.params, P=prompt_tokens, L=model.layers,
-                    d_model=model.d_model, b=bytes_per_param, beta=kvb)
+    return evaluate(
+        "prefill_intensity",
+        N_params=model.params,
+        P=prompt_tokens,
+        L=model.layers,
+        d_model=model.d_model,
+        b=bytes_per_param,
+        beta=kvb,
+    )
 
 
-def decode_intensity(model: ModelShape, batch: float, context_tokens: float,
-                     bytes_per_param: float = 2, kv_bytes_per_value: float = 2) -> float:
+def decode_intensity(
+    model: ModelShape,
+    batch: float,
+    context_tokens: float,
+    bytes_per_param: float = 2,
+    kv_bytes_per_value: float = 2,
+) -> float:
     """FLOP per byte of a decode step: ``batch`` requests share one read of the weights, but each
     reads its own ``context_tokens`` tokens of KV."""
     positive("batch", batch)
     positive("context_tokens", context_tokens)
     positive("bytes_per_param", bytes_per_param)
     kvb = calc.model_kv_bytes_per_token(model, kv_bytes_per_value)
-    return evaluate("decode_intensity", N_params=model.params, n_b=batch, n_ctx=context_tokens,
-                    L=model.layers, d_model=model.d_model, b=bytes_per_param, beta=kvb)
+    return evaluate(
+        "decode_intensity",
+        N_params=model.params,
+        n_b=batch,
+        n_ctx=context_tokens,
+        L=model.layers,
+        d_model=model.d_model,
+        b=bytes_per_param,
+        beta=kvb,
+    )
 
 
 def attainable_flops(intensity: float, gpu: hardware.GPU = hardware.H100_SXM) -> float:
@@ -403,27 +470,71 @@ class CostModelCheck:
     decode_per_request_s: float  # assumed
 
 
-def cost_model_check(model: ModelShape, gpu: hardware.GPU = hardware.H100_SXM, gpus: int = 8,
-                     cost=COST, context_tokens: float = 3_300, bytes_per_param: float = 2
-                     ) -> CostModelCheck:
+def cost_model_check(
+    model: ModelShape,
+    gpu: hardware.GPU = hardware.H100_SXM,
+    gpus: int = 8,
+    cost=COST,
+    context_tokens: float = 3_300,
+    bytes_per_param: float = 2,
+) -> CostModelCheck:
     """Compare the assumed cost model with the roofline ideal on ``gpus`` GPUs."""
     gpus = check_int("gpus", gpus, lo=1)
     positive("context_tokens", context_tokens)
     implied = evaluate("implied_flops", N_params=model.params, tau=cost.prefill_s_per_token)
-    mfu = evaluate("implied_mfu", N_params=model.params, tau=cost.prefill_s_per_token, n_gpu=gpus,
-                   F_peak=gpu.dense_fp16_flops)
-    w_s = evaluate("weight_read_seconds", N_params=model.params, b=bytes_per_param, n_gpu=gpus,
-                   W_hbm=gpu.hbm_bytes_per_s)
+    mfu = evaluate(
+        "implied_mfu",
+        N_params=model.params,
+        tau=cost.prefill_s_per_token,
+        n_gpu=gpus,
+        F_peak=gpu.dense_fp16_flops,
+    )
+    w_s = evaluate(
+        "weight_read_seconds",
+        N_params=model.params,
+        b=bytes_per_param,
+        n_gpu=gpus,
+        W_hbm=gpu.hbm_bytes_per_s,
+    )
     kv_s = calc.kv_bytes(context_tokens, calc.model_kv_bytes_per_token(model)) / (
-        gpus * gpu.hbm_bytes_per_s)
-    return CostModelCheck(implied, gpus * gpu.dense_fp16_flops, mfu, w_s, cost.decode_base_s,
-                          w_s / cost.decode_base_s, kv_s, cost.decode_per_request_s)
+        gpus * gpu.hbm_bytes_per_s
+    )
+    return CostModelCheck(
+        implied,
+        gpus * gpu.dense_fp16_flops,
+        mfu,
+        w_s,
+        cost.decode_base_s,
+        w_s / cost.decode_base_s,
+        kv_s,
+        cost.decode_per_request_s,
+    )
 
 
 __all__ = [
-    "FORMULAS", "LINKS", "PRECISION_BYTES", "CostModelCheck", "KVTransfer", "PoolPlan", "Resharding",
-    "attainable_flops", "bound", "bytes_per_value", "cost_model_check", "crossover_prompt_tokens",
-    "decode_intensity", "evaluate", "evaluate_array", "exposed_transfer_seconds", "heads_on_gpu", "kv_transfer",
-    "latex", "link_bandwidth", "prefill_intensity", "reshard", "simulate_layerwise", "size_pools",
+    "FORMULAS",
+    "LINKS",
+    "PRECISION_BYTES",
+    "CostModelCheck",
+    "KVTransfer",
+    "PoolPlan",
+    "Resharding",
+    "attainable_flops",
+    "bound",
+    "bytes_per_value",
+    "cost_model_check",
+    "crossover_prompt_tokens",
+    "decode_intensity",
+    "evaluate",
+    "evaluate_array",
+    "exposed_transfer_seconds",
+    "heads_on_gpu",
+    "kv_transfer",
+    "latex",
+    "link_bandwidth",
+    "prefill_intensity",
+    "reshard",
+    "simulate_layerwise",
+    "size_pools",
     "transfer_share_of_ttft",
 ]

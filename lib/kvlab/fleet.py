@@ -59,7 +59,7 @@ class FleetResult:
     @property
     def requests_per_replica(self) -> np.ndarray:
         """Counted requests (after the warm-up) served by each replica."""
-        return np.bincount(self.replica[self.warmup:], minlength=self.replicas)
+        return np.bincount(self.replica[self.warmup :], minlength=self.replicas)
 
     @property
     def hottest_replica(self) -> int:
@@ -74,8 +74,10 @@ class FleetResult:
         return h / p
 
     def __repr__(self) -> str:
-        return (f"FleetResult(policy={self.policy!r}, hit_rate={self.hit_rate:.3f}, "
-                f"imbalance={self.imbalance:.2f})")
+        return (
+            f"FleetResult(policy={self.policy!r}, hit_rate={self.hit_rate:.3f}, "
+            f"imbalance={self.imbalance:.2f})"
+        )
 
 
 def _evict(od: OrderedDict, used: int, cap: int) -> int:
@@ -311,7 +313,8 @@ def simulate(
         cap = 1 << 62
     else:
         cap = check_int("cache_tokens", cache_tokens, lo=0) // check_int(
-            "block_size", block_size, lo=1, hi=1_000_000)
+            "block_size", block_size, lo=1, hi=1_000_000
+        )
     warmup = check_int("warmup", warmup, lo=0, hi=len(w) - 1)
     check_int("seed", seed, lo=0)
     cache_model = check_choice("cache_model", cache_model, {"prefix", "per_conversation"})
@@ -327,8 +330,9 @@ def simulate(
     if per_conv and paths.kind != "chat":
         raise ValueError("cache_model 'per_conversation' needs a ChatWorkload")
 
-    router = routing.make_router(policy, R, seed=seed, epsilon=eps, lam=lam, sticky=sticky,
-                                 view=view, vnodes=vnodes)
+    router = routing.make_router(
+        policy, R, seed=seed, epsilon=eps, lam=lam, sticky=sticky, view=view, vnodes=vnodes
+    )
     choices = None if policy == "cache_aware" else router.choose_many(w.key)
     slow = router if (policy == "cache_aware" and _use_router_object) else None
     stale = view == "stale"
@@ -339,17 +343,26 @@ def simulate(
 
     prompt = np.asarray(w.prompt_tokens, dtype=np.int64)
     counted = slice(warmup, None)
-    prefill = np.bincount(reps[counted], weights=prompt[counted] - hits[counted],
-                          minlength=R).astype(np.int64)
+    prefill = np.bincount(
+        reps[counted], weights=prompt[counted] - hits[counted], minlength=R
+    ).astype(np.int64)
     mean = prefill.mean()
     return FleetResult(
-        policy=policy, replicas=R, cache_tokens=cache_tokens, warmup=warmup,
-        cache_model=cache_model, view=view,
+        policy=policy,
+        replicas=R,
+        cache_tokens=cache_tokens,
+        warmup=warmup,
+        cache_model=cache_model,
+        view=view,
         hit_rate=float(hits[counted].sum() / prompt[counted].sum()),
         imbalance=float(prefill.max() / mean) if mean > 0 else 1.0,
-        prefill_tokens=prefill, replica=reps, hit_tokens=hits, prompt_tokens=prompt,
-        params=dict(seed=seed, block_size=block_size, epsilon=eps, lam=lam, sticky=sticky,
-                    vnodes=vnodes),
+        prefill_tokens=prefill,
+        replica=reps,
+        hit_tokens=hits,
+        prompt_tokens=prompt,
+        params=dict(
+            seed=seed, block_size=block_size, epsilon=eps, lam=lam, sticky=sticky, vnodes=vnodes
+        ),
     )
 
 
@@ -360,8 +373,15 @@ def simulate_all(w, policies=routing.POLICIES, **kwargs) -> dict[str, FleetResul
     return {p: simulate(w, policy=p, paths=paths, **kwargs) for p in policies}
 
 
-def sweep(w, param: str, values, policies=routing.POLICIES, progress: bool = False,
-          workload_kwargs: dict | None = None, **kwargs) -> dict[str, list[FleetResult]]:
+def sweep(
+    w,
+    param: str,
+    values,
+    policies=routing.POLICIES,
+    progress: bool = False,
+    workload_kwargs: dict | None = None,
+    **kwargs,
+) -> dict[str, list[FleetResult]]:
     """Results per policy as one parameter varies.
 
     ``param``: a :func:`simulate` keyword (e.g. "cache_tokens", "replicas") or a ChatWorkload
@@ -371,8 +391,16 @@ def sweep(w, param: str, values, policies=routing.POLICIES, progress: bool = Fal
     from . import workload as _workload
 
     values = list(values)
-    is_workload = param in {"skew", "conversations", "requests", "system_prompts",
-                            "system_tokens", "new_tokens", "output_tokens", "history_max"}
+    is_workload = param in {
+        "skew",
+        "conversations",
+        "requests",
+        "system_prompts",
+        "system_tokens",
+        "new_tokens",
+        "output_tokens",
+        "history_max",
+    }
     it = values
     if progress:
         from tqdm.auto import tqdm

@@ -28,7 +28,11 @@ class GPU:
 
     @property
     def nvlink_one_way_bytes_per_s(self) -> float | None:
-        return None if self.nvlink_bidir_bytes_per_s is None else one_way(self.nvlink_bidir_bytes_per_s)
+        return (
+            None
+            if self.nvlink_bidir_bytes_per_s is None
+            else one_way(self.nvlink_bidir_bytes_per_s)
+        )
 
     @property
     def pcie_one_way_bytes_per_s(self) -> float:
@@ -45,7 +49,9 @@ def one_way(bidirectional_bytes_per_s: float) -> float:
     return bidirectional_bytes_per_s / 2
 
 
-_H100_PAGE = "NVIDIA H100 Tensor Core GPU product page and datasheet (nvidia.com/en-us/data-center/h100)"
+_H100_PAGE = (
+    "NVIDIA H100 Tensor Core GPU product page and datasheet (nvidia.com/en-us/data-center/h100)"
+)
 
 H100_SXM = GPU("H100 SXM", 80 * GB, 3.35 * TB, 900 * GB, 128 * GB, 989 * TFLOPS, _H100_PAGE)
 H100_NVL = GPU("H100 NVL", 94 * GB, 3.9 * TB, 600 * GB, 128 * GB, 835 * TFLOPS, _H100_PAGE)
@@ -68,7 +74,15 @@ A100_80GB = GPU(
     "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100)",
 )
 L4 = GPU("L4", 24 * GB, 300 * GB, None, 64 * GB, 121 * TFLOPS, "NVIDIA L4 datasheet")
-T4 = GPU("T4", 16 * GB, 320 * GB, None, 32 * GB, 65 * TFLOPS, "NVIDIA T4 datasheet (mixed-precision peak)")
+T4 = GPU(
+    "T4",
+    16 * GB,
+    320 * GB,
+    None,
+    32 * GB,
+    65 * TFLOPS,
+    "NVIDIA T4 datasheet (mixed-precision peak)",
+)
 
 GPUS = {g.name: g for g in (H100_SXM, H100_NVL, H200, A100_80GB, L4, T4)}
 

@@ -32,9 +32,7 @@ class ModelShape:
         check_int("d_model", self.d_model, lo=1)
         positive("params", self.params)
         if self.q_heads % self.kv_heads:
-            raise ValueError(
-                f"kv_heads must divide q_heads ({self.q_heads}), got {self.kv_heads}"
-            )
+            raise ValueError(f"kv_heads must divide q_heads ({self.q_heads}), got {self.kv_heads}")
 
     @property
     def gqa_group(self) -> int:

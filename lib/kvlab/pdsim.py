@@ -122,7 +122,8 @@ class Colocated:
     @property
     def label(self) -> str:
         return f"colocated x{self.replicas}" + (
-            f" (chunk {self.chunk_tokens})" if self.chunk_tokens else " (no chunking)")
+            f" (chunk {self.chunk_tokens})" if self.chunk_tokens else " (no chunking)"
+        )
 
 
 @dataclass(frozen=True)
@@ -162,8 +163,13 @@ class Disaggregated:
         full = self.setup_s + prompt * one.seconds  # linear in tokens (no set-up in ``one``)
         if not self.layerwise:
             return full
-        exposed = disagg.evaluate_array("exposed_transfer", t_pre=np.asarray(prefill_s, float),
-                                        t_x=full - self.setup_s, L=self.model.layers, t_m=0.0)
+        exposed = disagg.evaluate_array(
+            "exposed_transfer",
+            t_pre=np.asarray(prefill_s, float),
+            t_x=full - self.setup_s,
+            L=self.model.layers,
+            t_m=0.0,
+        )
         return self.setup_s + np.asarray(exposed, float)
 
 
@@ -199,13 +205,25 @@ class Replica:
     O(1 + finishing requests), not O(batch).
     """
 
-    def __init__(self, loop: EventLoop, role: str, cost: CostModel, max_batch: int,
-                 chunk_tokens: int | None = None, overlap: float = 0.0,
-                 on_prefilled: Callable | None = None, on_finished: Callable | None = None):
+    def __init__(
+        self,
+        loop: EventLoop,
+        role: str,
+        cost: CostModel,
+        max_batch: int,
+        chunk_tokens: int | None = None,
+        overlap: float = 0.0,
+        on_prefilled: Callable | None = None,
+        on_finished: Callable | None = None,
+    ):
         self.loop, self.role, self.max_batch = loop, role, max_batch
         self.chunk = chunk_tokens
         self.overlap = overlap
-        self.tau, self.a, self.k = cost.prefill_s_per_token, cost.decode_base_s, cost.decode_per_request_s
+        self.tau, self.a, self.k = (
+            cost.prefill_s_per_token,
+            cost.decode_base_s,
+            cost.decode_per_request_s,
+        )
         self.on_prefilled, self.on_finished = on_prefilled, on_finished
         self.prefill_q: deque = deque()  # request ids waiting for (the rest of) their prefill
         self.left: dict[int, int] = {}  # prefill tokens still to compute, per queued request
@@ -356,10 +374,16 @@ class Simulation:
         self.system, self.traffic, self.cost = system, traffic, cost
         s = traffic.sample()
         self.arrival, self.prompt, self.uncached, self.output = (
-            s["arrival_s"], s["prompt"], s["uncached"], s["output"])
+            s["arrival_s"],
+            s["prompt"],
+            s["uncached"],
+            s["output"],
+        )
         n = traffic.requests
         if isinstance(system, Disaggregated):
-            self.xfer = system.transfer_seconds(self.prompt, self.uncached * cost.prefill_s_per_token)
+            self.xfer = system.transfer_seconds(
+                self.prompt, self.uncached * cost.prefill_s_per_token
+            )
         else:
             self.xfer = np.zeros(n)
         self.loop = EventLoop()
@@ -375,15 +399,29 @@ class Simulation:
         self._finish = [math.nan] * n
         loop = self.loop
         if isinstance(system, Colocated):
-            self.front = [Replica(loop, "colocated", cost, system.max_batch, system.chunk_tokens,
-                                  system.overlap, self._prefilled_colocated, self._finished)
-                          for _ in range(system.replicas)]
+            self.front = [
+                Replica(
+                    loop,
+                    "colocated",
+                    cost,
+                    system.max_batch,
+                    system.chunk_tokens,
+                    system.overlap,
+                    self._prefilled_colocated,
+                    self._finished,
+                )
+                for _ in range(system.replicas)
+            ]
             self.back = self.front
         else:
-            self.front = [Replica(loop, "prefill", cost, 1, None, 0.0, self._prefilled_disagg, None)
-                          for _ in range(system.prefill)]
-            self.back = [Replica(loop, "decode", cost, system.max_batch, None, 0.0, None,
-                                 self._finished) for _ in range(system.decode)]
+            self.front = [
+                Replica(loop, "prefill", cost, 1, None, 0.0, self._prefilled_disagg, None)
+                for _ in range(system.prefill)
+            ]
+            self.back = [
+                Replica(loop, "decode", cost, system.max_batch, None, 0.0, None, self._finished)
+                for _ in range(system.decode)
+            ]
 
     # -- bookkeeping --------------------------------------------------------------------------
     def _count(self, delta: int) -> None:
@@ -461,8 +499,9 @@ def _queued(r: Replica) -> int:
     return r.pending_tokens
 
 
-def simulate(system: Colocated | Disaggregated, traffic: Traffic, cost: CostModel = COST
-             ) -> SimResult:
+def simulate(
+    system: Colocated | Disaggregated, traffic: Traffic, cost: CostModel = COST
+) -> SimResult:
     """Run one simulation and return per-request times."""
     return Simulation(system, traffic, cost).run()
 
@@ -473,9 +512,18 @@ def splits(total: int) -> list[tuple[int, int]]:
     return [(p, total - p) for p in range(1, total)]
 
 
-def max_rate(system: Colocated | Disaggregated, traffic: Traffic, ttft_slo_s: float,
-             tpot_slo_s: float, target: float = 0.9, lo_rps: float = 0.5, hi_rps: float = 100.0,
-             iters: int = 8, cost: CostModel = COST, duration_s: float | None = None) -> float:
+def max_rate(
+    system: Colocated | Disaggregated,
+    traffic: Traffic,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    target: float = 0.9,
+    lo_rps: float = 0.5,
+    hi_rps: float = 100.0,
+    iters: int = 8,
+    cost: CostModel = COST,
+    duration_s: float | None = None,
+) -> float:
     """DistServe's goodput: the highest arrival rate whose SLO attainment stays >= ``target``
     (bisection on the rate, same seed each time). Returns 0 if even ``lo_rps`` misses it.
 
@@ -506,15 +554,34 @@ def max_rate(system: Colocated | Disaggregated, traffic: Traffic, ttft_slo_s: fl
 
 
 __all__ = [
-    "Colocated", "Disaggregated", "EventLoop", "Replica", "SimResult", "Simulation", "Traffic",
-    "bench", "goodput_table", "max_rate", "simulate", "splits",
+    "Colocated",
+    "Disaggregated",
+    "EventLoop",
+    "Replica",
+    "SimResult",
+    "Simulation",
+    "Traffic",
+    "bench",
+    "goodput_table",
+    "max_rate",
+    "simulate",
+    "splits",
 ]
 
 
-def goodput_table(systems, traffic: Traffic, ttft_slo_s: float, tpot_slo_s: float,
-                  target: float = 0.9, lo_rps: float = 0.5, hi_rps: float = 60.0, iters: int = 6,
-                  progress: Callable | None = None, cost: CostModel = COST,
-                  duration_s: float | None = None):
+def goodput_table(
+    systems,
+    traffic: Traffic,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    target: float = 0.9,
+    lo_rps: float = 0.5,
+    hi_rps: float = 60.0,
+    iters: int = 6,
+    progress: Callable | None = None,
+    cost: CostModel = COST,
+    duration_s: float | None = None,
+):
     """One row per system: its label, P and D (0 for colocated) and :func:`max_rate`.
 
     ``progress`` wraps the iterable (pass ``tqdm`` for a progress bar). Returns a pandas DataFrame.
@@ -523,12 +590,20 @@ def goodput_table(systems, traffic: Traffic, ttft_slo_s: float, tpot_slo_s: floa
 
     systems = list(systems)
     rows = []
-    for system in (progress(systems) if progress else systems):
-        rate = max_rate(system, traffic, ttft_slo_s, tpot_slo_s, target, lo_rps, hi_rps, iters, cost,
-                        duration_s)
-        p, d = ((system.prefill, system.decode) if isinstance(system, Disaggregated) else (0, 0))
-        rows.append({"system": system.label, "prefill": p, "decode": d, "replicas": system.total,
-                     "max_rate_rps": rate})
+    for system in progress(systems) if progress else systems:
+        rate = max_rate(
+            system, traffic, ttft_slo_s, tpot_slo_s, target, lo_rps, hi_rps, iters, cost, duration_s
+        )
+        p, d = (system.prefill, system.decode) if isinstance(system, Disaggregated) else (0, 0)
+        rows.append(
+            {
+                "system": system.label,
+                "prefill": p,
+                "decode": d,
+                "replicas": system.total,
+                "max_rate_rps": rate,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -539,10 +614,17 @@ def bench(requests: int = 100_000, seed: int = 0) -> dict[str, float]:
 
     requests = check_int("requests", requests, lo=1)
     out: dict[str, float] = {"requests": float(requests)}
-    for name, system, rate in (("colocated", Colocated(8), 14.0),
-                               ("disaggregated", Disaggregated(5, 3), 15.0)):
-        traffic = Traffic(rate_rps=rate, requests=requests, prompt_dist="lognormal",
-                          output_dist="lognormal", seed=seed)
+    for name, system, rate in (
+        ("colocated", Colocated(8), 14.0),
+        ("disaggregated", Disaggregated(5, 3), 15.0),
+    ):
+        traffic = Traffic(
+            rate_rps=rate,
+            requests=requests,
+            prompt_dist="lognormal",
+            output_dist="lognormal",
+            seed=seed,
+        )
         start = time.perf_counter()
         simulate(system, traffic)
         seconds = time.perf_counter() - start

@@ -61,8 +61,15 @@ from .fleet import _evict
 from .latency import RequestTimes
 from .workload import Paths
 
-__all__ = ["IndependentRequests", "QueueResult", "bench", "mg1_wait_s", "simulate",
-           "simulate_all", "sweep_rate"]
+__all__ = [
+    "IndependentRequests",
+    "QueueResult",
+    "bench",
+    "mg1_wait_s",
+    "simulate",
+    "simulate_all",
+    "sweep_rate",
+]
 
 _INF = math.inf
 
@@ -82,14 +89,20 @@ class IndependentRequests:
     """Requests that share nothing: prompt lengths lognormal with mean ``prompt_tokens`` and shape
     ``sigma`` (at least 1 token), ``output_tokens`` each. For queueing checks (M/G/1)."""
 
-    def __init__(self, requests: int = 10_000, prompt_tokens: float = 2_000, sigma: float = 0.8,
-                 output_tokens: int = 1, seed: int = 0):
+    def __init__(
+        self,
+        requests: int = 10_000,
+        prompt_tokens: float = 2_000,
+        sigma: float = 0.8,
+        output_tokens: int = 1,
+        seed: int = 0,
+    ):
         n = check_int("requests", requests, lo=1, hi=100_000_000)
         mean = check_number("prompt_tokens", prompt_tokens, lo=1)
         sigma = non_negative("sigma", sigma)
         out = check_int("output_tokens", output_tokens, lo=1, hi=10_000_000)
         rng = np.random.default_rng(check_int("seed", seed, lo=0))
-        mu = math.log(mean) - sigma ** 2 / 2
+        mu = math.log(mean) - sigma**2 / 2
         self.prompt_tokens = np.maximum(1, np.rint(rng.lognormal(mu, sigma, n))).astype(np.int64)
         self.output_tokens = np.full(n, out, dtype=np.int64)
         self.conversation = np.arange(n, dtype=np.int64)
@@ -105,8 +118,13 @@ class IndependentRequests:
         """One entry per request (its own content, never shared)."""
         bs = check_int("block_size", block_size, lo=1, hi=1_000_000)
         n = len(self)
-        return Paths(bs, np.arange(n + 1), np.arange(n, dtype=np.int64),
-                     (self.prompt_tokens + self.output_tokens) // bs, (self.prompt_tokens - 1) // bs)
+        return Paths(
+            bs,
+            np.arange(n + 1),
+            np.arange(n, dtype=np.int64),
+            (self.prompt_tokens + self.output_tokens) // bs,
+            (self.prompt_tokens - 1) // bs,
+        )
 
 
 @dataclass
@@ -192,22 +210,45 @@ class QueueResult(RequestTimes):
         vals = getattr(self, f"{metric}_s")
         order = np.argsort(b, kind="stable")
         splits = np.searchsorted(b[order], np.arange(1, nb))
-        out = np.array([np.percentile(g, q) if len(g) else np.nan
-                        for g in np.split(vals[order], splits)])
+        out = np.array(
+            [np.percentile(g, q) if len(g) else np.nan for g in np.split(vals[order], splits)]
+        )
         return centres, out
 
     def __repr__(self) -> str:
-        return (f"QueueResult(policy={self.policy!r}, hit_rate={self.hit_rate:.3f}, "
-                f"ttft_p50={self.percentile('ttft', 50):.3f}s, "
-                f"ttft_p95={self.percentile('ttft', 95):.3f}s)")
+        return (
+            f"QueueResult(policy={self.policy!r}, hit_rate={self.hit_rate:.3f}, "
+            f"ttft_p50={self.percentile('ttft', 50):.3f}s, "
+            f"ttft_p95={self.percentile('ttft', 95):.3f}s)"
+        )
 
 
 class _Replica:
     """One replica's queues, batch and cache, advanced lazily in time by :meth:`advance`."""
 
-    __slots__ = ("sim", "q", "left", "started", "out_tokens", "assigned", "running", "waiting",
-                 "steps", "end", "seg_steps", "seg_decode", "seg_done", "cache", "used",
-                 "busy_s", "prefill_busy_s", "n_sys", "area", "last", "online_s")
+    __slots__ = (
+        "sim",
+        "q",
+        "left",
+        "started",
+        "out_tokens",
+        "assigned",
+        "running",
+        "waiting",
+        "steps",
+        "end",
+        "seg_steps",
+        "seg_decode",
+        "seg_done",
+        "cache",
+        "used",
+        "busy_s",
+        "prefill_busy_s",
+        "n_sys",
+        "area",
+        "last",
+        "online_s",
+    )
 
     def __init__(self, sim, now: float):
         self.sim = sim
@@ -382,14 +423,15 @@ class _Sim:
         off = paths.offsets.tolist()
         keys = paths.keys.tolist()
         blks = paths.blocks.tolist()
-        self.ks = [tuple(keys[off[i]:off[i + 1]]) for i in range(n)]
-        self.ns = [tuple(blks[off[i]:off[i + 1]]) for i in range(n)]
+        self.ks = [tuple(keys[off[i] : off[i + 1]]) for i in range(n)]
+        self.ns = [tuple(blks[off[i] : off[i + 1]]) for i in range(n)]
         self.mh = paths.max_hit_blocks.tolist()
         self.bs = paths.block_size
         self.prompt = np.asarray(w.prompt_tokens, dtype=np.int64).tolist()
         out = np.asarray(w.output_tokens, dtype=np.int64)
-        self.dec = (np.zeros(n, dtype=np.int64) if prefill_only
-                    else np.maximum(out - 1, 0)).tolist()
+        self.dec = (
+            np.zeros(n, dtype=np.int64) if prefill_only else np.maximum(out - 1, 0)
+        ).tolist()
         self.tau = cost.prefill_s_per_token
         self.a = cost.decode_base_s
         self.k = cost.decode_per_request_s
@@ -463,8 +505,7 @@ def simulate(
     check_choice("policy", policy, set(routing.POLICIES))
     R = check_int("replicas", replicas, lo=1, hi=4096)
     bs = check_int("block_size", block_size, lo=1, hi=1_000_000)
-    cap = (1 << 62) if cache_tokens is None else check_int("cache_tokens", cache_tokens,
-                                                           lo=0) // bs
+    cap = (1 << 62) if cache_tokens is None else check_int("cache_tokens", cache_tokens, lo=0) // bs
     seed = check_int("seed", seed, lo=0)
     if not isinstance(cost, CostModel):
         raise ValueError(f"cost must be a kvlab.assumptions.CostModel, got {cost!r}")
@@ -482,16 +523,26 @@ def simulate(
         raise ValueError("w must hold at least one request")
     warmup = check_int("warmup", warmup, lo=0, hi=n - 1)
     arr = _arrivals(w, rate_rps, arrival_s, speedup, seed)
-    add_at = _INF if add_replica_at_s is None else non_negative("add_replica_at_s",
-                                                                 add_replica_at_s)
+    add_at = (
+        _INF if add_replica_at_s is None else non_negative("add_replica_at_s", add_replica_at_s)
+    )
     if paths is None:
         paths = w.paths(bs)
     elif paths.block_size != bs:
         raise ValueError(f"paths were built for block_size {paths.block_size}, got {block_size}")
 
     sim = _Sim(w, paths, cost, cap, max_batch, chunk, bool(prefill_only))
-    router = routing.make_router(policy, R, seed=seed, epsilon=eps, lam=lam, sticky=sticky,
-                                 view=view, vnodes=vnodes, slack=slack)
+    router = routing.make_router(
+        policy,
+        R,
+        seed=seed,
+        epsilon=eps,
+        lam=lam,
+        sticky=sticky,
+        view=view,
+        vnodes=vnodes,
+        slack=slack,
+    )
     t0 = float(arr[0])
     reps = [_Replica(sim, t0) for _ in range(R)]
     known: list[dict] = [dict() for _ in range(R)]
@@ -524,8 +575,7 @@ def simulate(
                 m = [_match(kn, ks, ns, mh) * sim.bs for kn in known]
             else:
                 m = [_match(rp.cache, ks, ns, mh) * sim.bs for rp in reps]
-            loads = ([rp.out_tokens for rp in reps] if outstanding
-                     else [rp.assigned for rp in reps])
+            loads = [rp.out_tokens for rp in reps] if outstanding else [rp.assigned for rp in reps]
             r = router.choose(key, m, loads)
             if stale:
                 kn = known[r]
@@ -550,23 +600,46 @@ def simulate(
     end = float(finish.max())
     area = sum(rp.area for rp in reps)
     return QueueResult(
-        policy=policy, replicas=R, warmup=warmup, arrival_s=arr,
-        start_s=np.asarray(sim.start), first_token_s=np.asarray(sim.first), finish_s=finish,
+        policy=policy,
+        replicas=R,
+        warmup=warmup,
+        arrival_s=arr,
+        start_s=np.asarray(sim.start),
+        first_token_s=np.asarray(sim.first),
+        finish_s=finish,
         prompt_tokens=np.asarray(w.prompt_tokens, dtype=np.int64),
-        output_tokens=(np.ones(n, dtype=np.int64) if prefill_only
-                       else np.asarray(w.output_tokens, dtype=np.int64)),
-        hit_tokens=np.asarray(sim.hit, dtype=np.int64), replica=np.asarray(choice, dtype=np.int64),
+        output_tokens=(
+            np.ones(n, dtype=np.int64)
+            if prefill_only
+            else np.asarray(w.output_tokens, dtype=np.int64)
+        ),
+        hit_tokens=np.asarray(sim.hit, dtype=np.int64),
+        replica=np.asarray(choice, dtype=np.int64),
         busy_s=np.array([rp.busy_s for rp in reps]),
         prefill_busy_s=np.array([rp.prefill_busy_s for rp in reps]),
         online_s=np.array([rp.online_s for rp in reps]),
-        mean_in_system=area / (end - t0) if end > t0 else 0.0, end_s=end,
+        mean_in_system=area / (end - t0) if end > t0 else 0.0,
+        end_s=end,
         added_at_s=None if add_replica_at_s is None else float(add_replica_at_s),
         keys_moved=keys_moved,
-        params=dict(rate_rps=rate_rps, speedup=speedup, cache_tokens=cache_tokens, seed=seed,
-                    block_size=bs, max_batch=max_batch, chunk_tokens=chunk,
-                    prefill_only=bool(prefill_only), epsilon=eps, lam=lam, view=view, load=load,
-                    guard_slack_tokens=slack,
-                    sticky=sticky, vnodes=vnodes, cost=cost),
+        params=dict(
+            rate_rps=rate_rps,
+            speedup=speedup,
+            cache_tokens=cache_tokens,
+            seed=seed,
+            block_size=bs,
+            max_batch=max_batch,
+            chunk_tokens=chunk,
+            prefill_only=bool(prefill_only),
+            epsilon=eps,
+            lam=lam,
+            view=view,
+            load=load,
+            guard_slack_tokens=slack,
+            sticky=sticky,
+            vnodes=vnodes,
+            cost=cost,
+        ),
     )
 
 
@@ -580,8 +653,17 @@ def _grow(router, policy, R, seed, eps, lam, sticky, view, vnodes, slack=0.0):
         new.ring.add_replica()
         new.replicas = R
         return new
-    new = routing.make_router(policy, R, seed=seed, epsilon=eps, lam=lam, sticky=sticky,
-                              view=view, vnodes=vnodes, slack=slack)
+    new = routing.make_router(
+        policy,
+        R,
+        seed=seed,
+        epsilon=eps,
+        lam=lam,
+        sticky=sticky,
+        view=view,
+        vnodes=vnodes,
+        slack=slack,
+    )
     if policy == "round_robin":
         new._next = router._next % R
     return new
@@ -594,8 +676,9 @@ def simulate_all(w, policies=routing.POLICIES, **kwargs) -> dict[str, QueueResul
     return {p: simulate(w, policy=p, paths=paths, **kwargs) for p in policies}
 
 
-def sweep_rate(w, rates_rps, policies=routing.POLICIES, progress: bool = False,
-               **kwargs) -> dict[str, list[QueueResult]]:
+def sweep_rate(
+    w, rates_rps, policies=routing.POLICIES, progress: bool = False, **kwargs
+) -> dict[str, list[QueueResult]]:
     """Results per policy at each arrival rate (same workload; ``progress``: a tqdm bar)."""
     rates = [positive("rates_rps", r) for r in rates_rps]
     bs = kwargs.get("block_size", 16)
@@ -624,8 +707,10 @@ def bench(requests: int = 100_000, replicas: int = 8, rate_rps: float = 20.0) ->
         t = time.perf_counter()
         simulate(w, policy=p, replicas=replicas, rate_rps=rate_rps, paths=paths)
         times[p] = time.perf_counter() - t
-        print(f"queueing {p:12s} {requests:,} requests, {replicas} replicas, {rate_rps:g} req/s: "
-              f"{times[p]:.2f} s")
+        print(
+            f"queueing {p:12s} {requests:,} requests, {replicas} replicas, {rate_rps:g} req/s: "
+            f"{times[p]:.2f} s"
+        )
     return times
 
 

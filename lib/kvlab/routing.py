@@ -37,8 +37,17 @@ import numpy as np
 
 from ._validate import check_choice, check_int, check_number, non_negative
 
-__all__ = ["POLICIES", "CacheAwareRouter", "HashRing", "RandomRouter", "RoundRobinRouter",
-           "Router", "StickyRouter", "make_router", "stable_hash"]
+__all__ = [
+    "POLICIES",
+    "CacheAwareRouter",
+    "HashRing",
+    "RandomRouter",
+    "RoundRobinRouter",
+    "Router",
+    "StickyRouter",
+    "make_router",
+    "stable_hash",
+]
 
 POLICIES = ("random", "round_robin", "sticky", "cache_aware")
 _BUFFER = 4096
@@ -82,8 +91,9 @@ class HashRing:
         return self._owners[i % len(self._points)]
 
     def lookup_many(self, keys) -> np.ndarray:
-        return np.array([self.lookup(int(k) if isinstance(k, np.integer) else k) for k in keys],
-                        dtype=np.int64)
+        return np.array(
+            [self.lookup(int(k) if isinstance(k, np.integer) else k) for k in keys], dtype=np.int64
+        )
 
 
 class Router:
@@ -134,7 +144,7 @@ class RandomRouter(Router):
             if self._pos >= len(self._buf):
                 self._refill()
             take = min(n - done, len(self._buf) - self._pos)
-            out[done:done + take] = self._buf[self._pos:self._pos + take]
+            out[done : done + take] = self._buf[self._pos : self._pos + take]
             self._pos += take
             done += take
         return out
@@ -185,8 +195,14 @@ class StickyRouter(Router):
 class CacheAwareRouter(Router):
     policy = "cache_aware"
 
-    def __init__(self, replicas: int, epsilon: float = 0.05, lam: float = 0.0,
-                 view: str = "stale", slack: float = 0.0):
+    def __init__(
+        self,
+        replicas: int,
+        epsilon: float = 0.05,
+        lam: float = 0.0,
+        view: str = "stale",
+        slack: float = 0.0,
+    ):
         super().__init__(replicas)
         self.epsilon = non_negative("epsilon", epsilon)
         #: absolute allowance on top of (1 + epsilon) x mean load, in the caller's load unit
@@ -198,8 +214,10 @@ class CacheAwareRouter(Router):
         m = np.asarray(matched_tokens, dtype=float)
         ld = np.asarray(loads, dtype=float)
         if m.shape != (self.replicas,) or ld.shape != (self.replicas,):
-            raise ValueError(f"matched_tokens and loads must have shape ({self.replicas},), got "
-                             f"{m.shape} and {ld.shape}")
+            raise ValueError(
+                f"matched_tokens and loads must have shape ({self.replicas},), got "
+                f"{m.shape} and {ld.shape}"
+            )
         threshold = (1.0 + self.epsilon) * (float(ld.sum()) / self.replicas) + self.slack
         best, best_score, best_load = -1, 0.0, 0.0
         for r in range(self.replicas):
@@ -215,9 +233,18 @@ class CacheAwareRouter(Router):
         raise TypeError("cache_aware needs matched_tokens and loads per request: call choose()")
 
 
-def make_router(policy: str, replicas: int, *, seed: int = 0, epsilon: float = 0.05,
-                lam: float = 0.0, sticky: str = "modulo", view: str = "stale",
-                vnodes: int = 100, slack: float = 0.0) -> Router:
+def make_router(
+    policy: str,
+    replicas: int,
+    *,
+    seed: int = 0,
+    epsilon: float = 0.05,
+    lam: float = 0.0,
+    sticky: str = "modulo",
+    view: str = "stale",
+    vnodes: int = 100,
+    slack: float = 0.0,
+) -> Router:
     """A router for ``policy`` in POLICIES over ``replicas`` replicas (see the module docstring)."""
     check_choice("policy", policy, set(POLICIES))
     check_choice("view", view, {"stale", "exact"})

@@ -30,8 +30,15 @@ class TinyDecoder:
     instead of recomputed (what a prefix-cache hit does).
     """
 
-    def __init__(self, vocab: int = 32, d_model: int = 16, layers: int = 2, seed: int = 0,
-                 adapters: Sequence[str] = (), max_len: int = 512):
+    def __init__(
+        self,
+        vocab: int = 32,
+        d_model: int = 16,
+        layers: int = 2,
+        seed: int = 0,
+        adapters: Sequence[str] = (),
+        max_len: int = 512,
+    ):
         self.vocab = check_int("vocab", vocab, lo=2)
         self.d = check_int("d_model", d_model, lo=2)
         self.layers = check_int("layers", layers, lo=1)
@@ -43,11 +50,15 @@ class TinyDecoder:
         self.pos = np.zeros((self.max_len, d))
         self.pos[:, 0::2], self.pos[:, 1::2] = np.sin(pos), np.cos(pos)
         s = 1 / np.sqrt(d)
-        self.w = [{n: rng.normal(0.0, s, (d, d)) for n in ("q", "k", "v", "o", "up", "down")}
-                  for _ in range(self.layers)]
+        self.w = [
+            {n: rng.normal(0.0, s, (d, d)) for n in ("q", "k", "v", "o", "up", "down")}
+            for _ in range(self.layers)
+        ]
         self.adapters: dict[str, list] = {}
         for name in adapters:
-            seed_a = int.from_bytes(hashlib.blake2b(str(name).encode(), digest_size=8).digest(), "little")
+            seed_a = int.from_bytes(
+                hashlib.blake2b(str(name).encode(), digest_size=8).digest(), "little"
+            )
             r = np.random.default_rng(seed_a)
             self.adapters[name] = [
                 {n: r.normal(0, 0.5 * s, (d, 2)) @ r.normal(0, 0.5 * s, (2, d)) for n in ("k", "v")}
@@ -58,7 +69,9 @@ class TinyDecoder:
         w = dict(self.w[layer])
         if adapter is not None:
             if adapter not in self.adapters:
-                raise ValueError(f"adapter must be None or one of {sorted(self.adapters)}, got {adapter!r}")
+                raise ValueError(
+                    f"adapter must be None or one of {sorted(self.adapters)}, got {adapter!r}"
+                )
             for n, delta in self.adapters[adapter][layer].items():
                 w[n] = w[n] + delta
         return w
@@ -86,11 +99,12 @@ class TinyDecoder:
         if len(arr) > self.max_len or (len(arr) and arr.max() >= self.vocab):
             raise ValueError(f"tokens must be at most {self.max_len} ids in [0, {self.vocab - 1}]")
         first = 0 if past is None else len(past[0][0])
-        x = self.emb[arr[first:]] + self.pos[first:len(arr)]
+        x = self.emb[arr[first:]] + self.pos[first : len(arr)]
         kv = []
         for i in range(self.layers):
-            x, layer_kv = self.layer(x, self._weights(i, adapter), first,
-                                     None if past is None else past[i])
+            x, layer_kv = self.layer(
+                x, self._weights(i, adapter), first, None if past is None else past[i]
+            )
             kv.append(layer_kv)
         return x, kv
 

@@ -69,8 +69,10 @@ class Trace:
         """Token ids of request ``i``: (prompt_ids, output_ids), 1-D int64 arrays."""
         i = check_int("i", i, lo=0, hi=len(self) - 1)
         n = int(self.prompt_tokens[i])
-        runs = [stream_ids(_stream_key("mooncake", int(h)), 0, TRACE_BLOCK_TOKENS)
-                for h in self.hash_ids[i]]
+        runs = [
+            stream_ids(_stream_key("mooncake", int(h)), 0, TRACE_BLOCK_TOKENS)
+            for h in self.hash_ids[i]
+        ]
         prompt = np.concatenate(runs)[:n]
         output = stream_ids(_stream_key("mooncake-answer", i), 0, int(self.output_tokens[i]))
         return prompt, output
@@ -92,7 +94,8 @@ class Trace:
                 if seen.setdefault(hid, n) != n:
                     raise ValueError(
                         f"hash id {hid} appears with {seen[hid]} and {n} blocks: the entry model "
-                        "needs each id to be touched whole")
+                        "needs each id to be touched whole"
+                    )
             tail = (p + o) // bs - p // bs
             k = list(h.tolist())
             n_list = lens.tolist()
@@ -105,8 +108,13 @@ class Trace:
             keys.extend(k)
             blocks.extend(n_list)
             offsets.append(len(keys))
-        return Paths(bs, np.asarray(offsets), np.asarray(keys, dtype=np.int64),
-                     np.asarray(blocks, dtype=np.int64), (self.prompt_tokens - 1) // bs)
+        return Paths(
+            bs,
+            np.asarray(offsets),
+            np.asarray(keys, dtype=np.int64),
+            np.asarray(blocks, dtype=np.int64),
+            (self.prompt_tokens - 1) // bs,
+        )
 
 
 def _parse_line(line: str, lineno: int) -> tuple[float, int, int, list[int]]:
@@ -119,7 +127,12 @@ def _parse_line(line: str, lineno: int) -> tuple[float, int, int, list[int]]:
     for field in ("timestamp", "input_length", "output_length", "hash_ids"):
         if field not in obj:
             raise ValueError(f"line {lineno}: missing field {field!r}")
-    ts, n_in, n_out, ids = obj["timestamp"], obj["input_length"], obj["output_length"], obj["hash_ids"]
+    ts, n_in, n_out, ids = (
+        obj["timestamp"],
+        obj["input_length"],
+        obj["output_length"],
+        obj["hash_ids"],
+    )
     for name, v in (("timestamp", ts), ("input_length", n_in), ("output_length", n_out)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise ValueError(f"line {lineno}: {name} must be a number >= 0, got {v!r}")
@@ -137,7 +150,8 @@ def _parse_line(line: str, lineno: int) -> tuple[float, int, int, list[int]]:
     if len(ids) != expected:
         raise ValueError(
             f"line {lineno}: {len(ids)} hash_ids for input_length {n_in}, expected "
-            f"ceil({n_in} / {TRACE_BLOCK_TOKENS}) = {expected}")
+            f"ceil({n_in} / {TRACE_BLOCK_TOKENS}) = {expected}"
+        )
     return float(ts), n_in, n_out, ids
 
 

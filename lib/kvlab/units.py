@@ -75,7 +75,7 @@ def fmt_seconds(seconds: float, digits: int = 2, unit: str | None = None) -> str
     if unit not in scale:
         raise ValueError(f"unit must be one of ['ms', 's', 'us'], got {unit!r}")
     value = seconds / scale[unit]
-    text = sig(value, digits) if abs(value) < 10 ** digits else fmt_int(value)
+    text = sig(value, digits) if abs(value) < 10**digits else fmt_int(value)
     return f"{text} {'µs' if unit == 'us' else unit}"
 
 
@@ -89,5 +89,3 @@ def fmt_tokens(n: float) -> str:
     if abs(n) >= 1_000_000:
         return f"{sig(n / 1e6, 2)} million tokens"
     return f"{fmt_int(n)} tokens"
-
-

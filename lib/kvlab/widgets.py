@@ -13,8 +13,7 @@ from . import fleet, workload
 
 __all__ = ["RoutingDemo", "routing_demo"]
 
-DEFAULTS = dict(policy="cache_aware", replicas=8, cache_tokens=400_000, conversations=500,
-                skew=1.0)
+DEFAULTS = dict(policy="cache_aware", replicas=8, cache_tokens=400_000, conversations=500, skew=1.0)
 
 
 class RoutingDemo:
@@ -31,21 +30,53 @@ class RoutingDemo:
         style = {"description_width": "150px"}
         layout = W.Layout(width="420px")
         self.controls = {
-            "policy": W.Dropdown(options=[(POLICY_LABELS[p], p) for p in POLICY_LABELS],
-                                 value=v["policy"], description="Routing policy", style=style,
-                                 layout=layout),
-            "replicas": W.IntSlider(value=v["replicas"], min=1, max=32, step=1,
-                                    description="Replicas", style=style, layout=layout,
-                                    continuous_update=False),
-            "cache_tokens": W.IntSlider(value=v["cache_tokens"], min=10_000, max=1_000_000,
-                                        step=10_000, description="Cache / replica (tokens)",
-                                        style=style, layout=layout, continuous_update=False),
-            "conversations": W.IntSlider(value=v["conversations"], min=10, max=5_000, step=10,
-                                         description="Conversations", style=style,
-                                         layout=layout, continuous_update=False),
-            "skew": W.FloatSlider(value=v["skew"], min=0.0, max=2.0, step=0.1,
-                                  description="Popularity skew", style=style, layout=layout,
-                                  continuous_update=False),
+            "policy": W.Dropdown(
+                options=[(POLICY_LABELS[p], p) for p in POLICY_LABELS],
+                value=v["policy"],
+                description="Routing policy",
+                style=style,
+                layout=layout,
+            ),
+            "replicas": W.IntSlider(
+                value=v["replicas"],
+                min=1,
+                max=32,
+                step=1,
+                description="Replicas",
+                style=style,
+                layout=layout,
+                continuous_update=False,
+            ),
+            "cache_tokens": W.IntSlider(
+                value=v["cache_tokens"],
+                min=10_000,
+                max=1_000_000,
+                step=10_000,
+                description="Cache / replica (tokens)",
+                style=style,
+                layout=layout,
+                continuous_update=False,
+            ),
+            "conversations": W.IntSlider(
+                value=v["conversations"],
+                min=10,
+                max=5_000,
+                step=10,
+                description="Conversations",
+                style=style,
+                layout=layout,
+                continuous_update=False,
+            ),
+            "skew": W.FloatSlider(
+                value=v["skew"],
+                min=0.0,
+                max=2.0,
+                step=0.1,
+                description="Popularity skew",
+                style=style,
+                layout=layout,
+                continuous_update=False,
+            ),
         }
         self.status = W.HTML()
         self.out = W.Output()
@@ -64,8 +95,11 @@ class RoutingDemo:
     def _workload(self, conversations, skew):
         key = (conversations, round(skew, 6))
         if key not in self._workloads:
-            self._workloads = {key: workload.ChatWorkload(
-                conversations=conversations, skew=skew, requests=self.requests, seed=self.seed)}
+            self._workloads = {
+                key: workload.ChatWorkload(
+                    conversations=conversations, skew=skew, requests=self.requests, seed=self.seed
+                )
+            }
         return self._workloads[key]
 
     def _on_change(self, change):
@@ -82,9 +116,13 @@ class RoutingDemo:
         v = self.values()
         t0 = time.perf_counter()
         w = self._workload(v["conversations"], v["skew"])
-        self.results = fleet.simulate_all(w, replicas=v["replicas"],
-                                          cache_tokens=v["cache_tokens"], warmup=self.warmup,
-                                          seed=self.seed)
+        self.results = fleet.simulate_all(
+            w,
+            replicas=v["replicas"],
+            cache_tokens=v["cache_tokens"],
+            warmup=self.warmup,
+            seed=self.seed,
+        )
         elapsed = time.perf_counter() - t0
         if self.fig is not None:
             plt.close(self.fig)
@@ -95,8 +133,10 @@ class RoutingDemo:
             from IPython.display import display
 
             display(self.fig)
-        self.status.value = (f"<small>{len(w):,} requests ({self.warmup:,} warm-up) x 4 "
-                             f"policies in {elapsed:.2f} s</small>")
+        self.status.value = (
+            f"<small>{len(w):,} requests ({self.warmup:,} warm-up) x 4 "
+            f"policies in {elapsed:.2f} s</small>"
+        )
         self.updates += 1
 
     def _ipython_display_(self):

@@ -98,11 +98,14 @@ class ChatWorkload:
         self.new_tokens = check_int("new_tokens", new_tokens, lo=1, hi=10_000_000)
         self.output_tokens_per_turn = check_int("output_tokens", output_tokens, lo=0, hi=10_000_000)
         self.history_step = check_int(
-            "history_step", history_step, lo=self.new_tokens + self.output_tokens_per_turn,
+            "history_step",
+            history_step,
+            lo=self.new_tokens + self.output_tokens_per_turn,
             hi=10_000_000,
         )  # the next history holds the previous new message and answer
-        self.history_max = check_int("history_max", history_max, lo=self.history_start,
-                                     hi=1_000_000_000)
+        self.history_max = check_int(
+            "history_max", history_max, lo=self.history_start, hi=1_000_000_000
+        )
         #: turns per chat: the turn whose history reaches history_max is the last one
         self.turns_per_chat = -(-(self.history_max - self.history_start) // self.history_step) + 1
 
@@ -131,8 +134,10 @@ class ChatWorkload:
         return self.requests
 
     def __repr__(self) -> str:
-        return (f"ChatWorkload(conversations={self.conversations}, skew={self.skew:g}, "
-                f"requests={self.requests}, seed={self.seed})")
+        return (
+            f"ChatWorkload(conversations={self.conversations}, skew={self.skew:g}, "
+            f"requests={self.requests}, seed={self.seed})"
+        )
 
     @property
     def key(self) -> np.ndarray:
@@ -146,8 +151,9 @@ class ChatWorkload:
         """Token ids of request ``i``: (prompt_ids, output_ids), 1-D int64 arrays."""
         i = self._check_index(i)
         c, g = int(self.conversation[i]), int(self.generation[i])
-        sys_ids = stream_ids(_stream_key(self.seed, "system", int(self.system_prompt[i])), 0,
-                             self.system_tokens)
+        sys_ids = stream_ids(
+            _stream_key(self.seed, "system", int(self.system_prompt[i])), 0, self.system_tokens
+        )
         chat = _stream_key(self.seed, "chat", c, g)
         n_hist = int(self.history_tokens[i]) + self.new_tokens
         prompt = np.concatenate([sys_ids, stream_ids(chat, 0, n_hist)])
@@ -167,5 +173,11 @@ class ChatWorkload:
         keys[1::2] = self.system_prompts + self.chat_id
         blocks[0::2] = sys_blocks
         blocks[1::2] = total - sys_blocks
-        return Paths(bs, np.arange(0, 2 * n + 1, 2), keys, blocks, (self.prompt_tokens - 1) // bs,
-                     kind="chat")
+        return Paths(
+            bs,
+            np.arange(0, 2 * n + 1, 2),
+            keys,
+            blocks,
+            (self.prompt_tokens - 1) // bs,
+            kind="chat",
+        )

@@ -122,7 +122,9 @@ def test_extra_keys():
     mm = MMInput(20, 40, "img")
     assert extra_keys(0, 16, mm_inputs=[mm], cache_salt="s") == (("salt", "s"),)
     assert extra_keys(16, 32, mm_inputs=[mm], adapter="lora", cache_salt="s") == (
-        ("mm", "img"), ("adapter", "lora"))
+        ("mm", "img"),
+        ("adapter", "lora"),
+    )
     assert extra_keys(48, 64, mm_inputs=[mm]) == ()
 
 
@@ -197,7 +199,9 @@ def test_radix_full_error_and_rollback():
     t = RadixTree(8, page_size=2)
     r1 = Request([1, 1, 2, 2, 3, 3, 4])
     t.start(r1)
-    with pytest.raises(CacheFullError, match=r"RadixTree is full: the prompt of request 'x' needs 6"):
+    with pytest.raises(
+        CacheFullError, match=r"RadixTree is full: the prompt of request 'x' needs 6"
+    ):
         t.start(Request([5, 5, 6, 6, 7, 7, 0], request_id="x"))
     t.check_invariants()
     t.finish(r1)
@@ -305,7 +309,9 @@ def test_token_tree_hits_are_longest_common_prefixes(stream):
 
 @FAST
 @given(
-    ops=st.lists(st.tuples(st.booleans(), request_st(), st.integers(0, 5)), min_size=1, max_size=40),
+    ops=st.lists(
+        st.tuples(st.booleans(), request_st(), st.integers(0, 5)), min_size=1, max_size=40
+    ),
     cap=st.integers(2, 10),
 )
 def test_capacity_and_pinning_under_concurrency(ops, cap):
@@ -340,13 +346,17 @@ def test_capacity_and_pinning_under_concurrency(ops, cap):
         tree.check_invariants()
         for c, req in running:
             if c is cache:
-                keys = block_keys(req.prompt_ids, bs, adapter=req.adapter, cache_salt=req.cache_salt)
+                keys = block_keys(
+                    req.prompt_ids, bs, adapter=req.adapter, cache_salt=req.cache_salt
+                )
                 assert all(k in cache for k in keys), "a pinned block was evicted"
         assert len(cache) <= cap and tree.cached_tokens + tree.reserved_tokens <= cap * bs
 
 
 @FAST
-@given(stream=st.lists(st.tuples(tokens_st, st.sampled_from(["t1", "t2"])), min_size=1, max_size=25))
+@given(
+    stream=st.lists(st.tuples(tokens_st, st.sampled_from(["t1", "t2"])), min_size=1, max_size=25)
+)
 def test_tenants_with_different_salts_never_share(stream):
     cache = BlockHashCache(1000, 2)
     owner: dict[str, str] = {}
@@ -368,23 +378,46 @@ def test_tenants_with_different_salts_never_share(stream):
     "call, message",
     [
         (lambda: BlockHashCache(0), r"capacity_blocks must be an integer in \[1, inf\), got 0"),
-        (lambda: BlockHashCache(4, block_size=0), r"block_size must be an integer in \[1, inf\), got 0"),
-        (lambda: RadixTree(4, page_size=8), r"capacity_tokens must be an integer in \[8, inf\), got 4"),
+        (
+            lambda: BlockHashCache(4, block_size=0),
+            r"block_size must be an integer in \[1, inf\), got 0",
+        ),
+        (
+            lambda: RadixTree(4, page_size=8),
+            r"capacity_tokens must be an integer in \[8, inf\), got 4",
+        ),
         (lambda: RadixTree.block_aligned(0), r"capacity_blocks must be an integer"),
         (lambda: block_keys([1, -2]), r"tokens must hold integer token ids >= 0, got -2"),
         (lambda: block_keys([1.5]), r"tokens must hold integer token ids >= 0, got dtype float64"),
-        (lambda: block_keys([[1, 2]]), r"tokens must be a 1-D sequence of token ids, got shape \(1, 2\)"),
-        (lambda: block_keys([1] * 16, adapter=True), r"adapter must be None, a string or an integer id"),
-        (lambda: block_keys([1] * 16, cache_salt=""), r"cache_salt must be None or a non-empty string"),
-        (lambda: block_keys([1] * 16, mm_inputs=[MMInput(0, 20, "x")]),
-         r"MMInput.end must be <= the prompt length \(16\), got 20"),
+        (
+            lambda: block_keys([[1, 2]]),
+            r"tokens must be a 1-D sequence of token ids, got shape \(1, 2\)",
+        ),
+        (
+            lambda: block_keys([1] * 16, adapter=True),
+            r"adapter must be None, a string or an integer id",
+        ),
+        (
+            lambda: block_keys([1] * 16, cache_salt=""),
+            r"cache_salt must be None or a non-empty string",
+        ),
+        (
+            lambda: block_keys([1] * 16, mm_inputs=[MMInput(0, 20, "x")]),
+            r"MMInput.end must be <= the prompt length \(16\), got 20",
+        ),
         (lambda: block_keys([1] * 16, mm_inputs=["x"]), r"mm_inputs must hold MMInput objects"),
         (lambda: MMInput(5, 5, "x"), r"MMInput.end must be an integer in \[6, inf\), got 5"),
         (lambda: MMInput(0, 5, ""), r"MMInput.digest must be a non-empty string"),
-        (lambda: BlockHashCache(4).start([1, 2]), r"request must be a kvlab.cache.Request, got list"),
+        (
+            lambda: BlockHashCache(4).start([1, 2]),
+            r"request must be a kvlab.cache.Request, got list",
+        ),
         (lambda: BlockHashCache(4).serve([]), r"prompt_ids must hold at least 1 token"),
         (lambda: RadixTree(4).serve([]), r"prompt_ids must hold at least 1 token"),
-        (lambda: BlockHashCache(4).finish(Request([1], request_id=7)), r"request_id 7 is not running"),
+        (
+            lambda: BlockHashCache(4).finish(Request([1], request_id=7)),
+            r"request_id 7 is not running",
+        ),
         (lambda: RadixTree(4).finish(Request([1], request_id=7)), r"request_id 7 is not running"),
         (lambda: BlockHashCache(4).get_block("abc"), r"block abc is not cached"),
     ],

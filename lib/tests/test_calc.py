@@ -14,7 +14,9 @@ KV70 = 2 * 80 * 8 * 128 * 2  # independent arithmetic: K and V x layers x heads 
 
 
 def test_kv_bytes_per_token_matches_numbers_md():
-    assert calc.kv_bytes_per_token(layers=80, kv_heads=8, head_dim=128, bytes_per_value=2) == 327_680
+    assert (
+        calc.kv_bytes_per_token(layers=80, kv_heads=8, head_dim=128, bytes_per_value=2) == 327_680
+    )
     assert calc.kv_bytes_per_token(80, 8, 128, 1) == 163_840
     assert units.fmt_kib(calc.model_kv_bytes_per_token(models.LLAMA_70B)) == "320 KiB"
     assert units.fmt_kib(calc.model_kv_bytes_per_token(models.LLAMA_70B, 1)) == "160 KiB"
@@ -38,32 +40,53 @@ def test_problem8_figures():
     assert load_r == p.rate_rps * (6_000 - 2_375)  # independent arithmetic
     cap = calc.fleet_prefill_capacity(p.replicas, A.COST.prefill_tokens_per_s)
     assert cap == 80_000
-    assert units.fmt_pct(calc.capacity_share(load_r, p.replicas, A.COST.prefill_tokens_per_s)) == "91 %"
-    assert units.fmt_pct(calc.capacity_share(load_a, p.replicas, A.COST.prefill_tokens_per_s)) == "25 %"
+    assert (
+        units.fmt_pct(calc.capacity_share(load_r, p.replicas, A.COST.prefill_tokens_per_s))
+        == "91 %"
+    )
+    assert (
+        units.fmt_pct(calc.capacity_share(load_a, p.replicas, A.COST.prefill_tokens_per_s))
+        == "25 %"
+    )
     t_r = calc.prefill_seconds(*args, c_rand, A.COST.prefill_s_per_token)
     t_a = calc.prefill_seconds(*args, c_aware, A.COST.prefill_s_per_token)
     assert units.fmt_seconds(t_r) == "0.36 s" and units.fmt_seconds(t_a) == "0.10 s"
     assert units.fmt_bytes(calc.cache_bytes(p.cache_tokens_per_replica, beta)) == "131 GB"
     assert calc.fleet_cache_tokens(p.replicas, p.cache_tokens_per_replica) == 3_200_000
     assert units.fmt_tokens(3_200_000) == "3.2 million tokens"
-    assert math.floor(calc.histories_that_fit(p.replicas, p.cache_tokens_per_replica, p.history_tokens)) == 1_066
-    assert round(calc.histories_that_fit(p.replicas, p.cache_tokens_per_replica, p.history_tokens)) == 1_067
+    assert (
+        math.floor(
+            calc.histories_that_fit(p.replicas, p.cache_tokens_per_replica, p.history_tokens)
+        )
+        == 1_066
+    )
+    assert (
+        round(calc.histories_that_fit(p.replicas, p.cache_tokens_per_replica, p.history_tokens))
+        == 1_067
+    )
 
 
 def test_problem22_transfer_figures():
     beta = calc.model_kv_bytes_per_token(A.MODEL)
     b8k = calc.kv_bytes(8_000, beta)
     assert units.fmt_bytes(b8k) == "2.62 GB"
-    assert units.fmt_bytes(calc.kv_bytes(8_000, calc.model_kv_bytes_per_token(A.MODEL, 1))) == "1.31 GB"
+    assert (
+        units.fmt_bytes(calc.kv_bytes(8_000, calc.model_kv_bytes_per_token(A.MODEL, 1)))
+        == "1.31 GB"
+    )
     per_gpu = calc.per_gpu_bytes(b8k, 8)
     assert units.fmt_bytes(per_gpu) == "328 MB"
     nvlink = calc.one_way_bandwidth(hardware.H100_SXM.nvlink_bidir_bytes_per_s)
     assert nvlink == 450e9
     assert units.fmt_seconds(calc.transfer_seconds(per_gpu, nvlink)) == "0.73 ms"
-    assert units.fmt_seconds(calc.transfer_seconds(per_gpu, hardware.NIC_NDR_BYTES_PER_S)) == "6.6 ms"
+    assert (
+        units.fmt_seconds(calc.transfer_seconds(per_gpu, hardware.NIC_NDR_BYTES_PER_S)) == "6.6 ms"
+    )
     assert units.fmt_seconds(calc.transfer_seconds(b8k, hardware.NIC_NDR_BYTES_PER_S)) == "52 ms"
     # 8 NICs in parallel on the whole request is the same as each GPU sending its share on its NIC
-    assert calc.transfer_seconds(b8k, 50e9, links=8) == pytest.approx(calc.transfer_seconds(per_gpu, 50e9))
+    assert calc.transfer_seconds(b8k, 50e9, links=8) == pytest.approx(
+        calc.transfer_seconds(per_gpu, 50e9)
+    )
     b100k = calc.kv_bytes(100_000, beta)
     assert units.fmt_bytes(b100k) == "32.8 GB"
     assert units.fmt_seconds(calc.transfer_seconds(b100k, 50e9, links=8)) == "82 ms"
@@ -81,7 +104,9 @@ def test_problem22_transfer_figures():
 
 
 def test_pool_sizes_from_numbers_md():
-    assert calc.pool_sizes(rate_rps=20, prompt_tokens=3000, output_tokens=300, tpot_s=0.040, hit_rate=0.0) == (6, 3)
+    assert calc.pool_sizes(
+        rate_rps=20, prompt_tokens=3000, output_tokens=300, tpot_s=0.040, hit_rate=0.0
+    ) == (6, 3)
     assert calc.prefill_demand(20, 3000) == 60_000
     assert calc.decode_concurrency(20, 300, 0.040) == pytest.approx(240)
     assert calc.max_decode_batch(0.040) == 100
@@ -95,19 +120,37 @@ def test_sympy_solutions_agree_with_numbers():
     # solve the decode-step formula for the batch at a TPOT target: same as max_decode_batch
     n_b = formulas.solve_for("decode_step_seconds", formulas.n_b)
     t_step = formulas.FORMULAS["decode_step_seconds"].lhs
-    batch = n_b.subs({t_step: sp.Rational(40, 1000), formulas.a: sp.Rational(20, 1000), formulas.k: sp.Rational(2, 10000)})
+    batch = n_b.subs(
+        {
+            t_step: sp.Rational(40, 1000),
+            formulas.a: sp.Rational(20, 1000),
+            formulas.k: sp.Rational(2, 10000),
+        }
+    )
     assert batch == 100 == calc.max_decode_batch(0.040)
     # solve the transfer formula for the bandwidth that moves 2.62 GB in 52.4 ms
     w = formulas.solve_for("transfer_seconds", formulas.W)
     lhs = formulas.FORMULAS["transfer_seconds"].lhs
-    value = float(w.subs({lhs: 0.052428, formulas.B_kv: 2_621_440_000, formulas.n_links: 1, formulas.t_0: 0}))
+    value = float(
+        w.subs({lhs: 0.052428, formulas.B_kv: 2_621_440_000, formulas.n_links: 1, formulas.t_0: 0})
+    )
     assert value == pytest.approx(50e9, rel=1e-4)
     # the hit fraction solved for cached tokens reproduces 5,000
     c = formulas.solve_for("hit_fraction", formulas.c_tok)
-    assert c.subs({formulas.h: sp.Rational(5, 6), formulas.S: 2000, formulas.H: 3000, formulas.U: 1000}) == 5000
+    assert (
+        c.subs(
+            {formulas.h: sp.Rational(5, 6), formulas.S: 2000, formulas.H: 3000, formulas.U: 1000}
+        )
+        == 5000
+    )
     # derived formulas are consistent with their parts
     f = formulas.FORMULAS
-    assert sp.simplify(f["decode_replicas_exact"].rhs - f["decode_concurrency"].rhs / f["max_decode_batch"].rhs) == 0
+    assert (
+        sp.simplify(
+            f["decode_replicas_exact"].rhs - f["decode_concurrency"].rhs / f["max_decode_batch"].rhs
+        )
+        == 0
+    )
 
 
 def test_every_formula_renders_and_lambdifies():
@@ -124,7 +167,10 @@ def test_every_formula_renders_and_lambdifies():
     bpv=st.sampled_from([1, 2, 4]),
 )
 def test_kv_bytes_per_token_is_the_product(layers, kv_heads, head_dim, bpv):
-    assert calc.kv_bytes_per_token(layers, kv_heads, head_dim, bpv) == 2 * layers * kv_heads * head_dim * bpv
+    assert (
+        calc.kv_bytes_per_token(layers, kv_heads, head_dim, bpv)
+        == 2 * layers * kv_heads * head_dim * bpv
+    )
 
 
 @given(n=st.floats(0, 1e12), w=st.floats(1e6, 1e13), links=st.integers(1, 64))

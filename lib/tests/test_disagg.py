@@ -17,8 +17,12 @@ def test_book_transfer_numbers():
     assert units.fmt_bytes(t.per_gpu_bytes) == "328 MB"
     assert units.fmt_seconds(t.seconds) == "6.6 ms"
     assert t.links == 8 and t.link_bytes_per_s == 50e9
-    assert units.fmt_seconds(disagg.kv_transfer(LLAMA_70B, 8_000, link="nvlink").seconds) == "0.73 ms"
-    assert units.fmt_seconds(disagg.kv_transfer(LLAMA_70B, 8_000, link="one_nic").seconds) == "52 ms"
+    assert (
+        units.fmt_seconds(disagg.kv_transfer(LLAMA_70B, 8_000, link="nvlink").seconds) == "0.73 ms"
+    )
+    assert (
+        units.fmt_seconds(disagg.kv_transfer(LLAMA_70B, 8_000, link="one_nic").seconds) == "52 ms"
+    )
     assert units.fmt_bytes(disagg.kv_transfer(LLAMA_70B, 8_000, "fp8").bytes) == "1.31 GB"
     big = disagg.kv_transfer(LLAMA_70B, 100_000)
     assert units.fmt_bytes(big.bytes) == "32.8 GB"
@@ -112,8 +116,16 @@ def test_reshard_to_more_decode_gpus():
 
 def test_reshard_with_replicated_heads():
     # 4 KV heads on TP 8: each head on 2 GPUs; the decode side (TP 8) also needs each head twice
-    assert [disagg.heads_on_gpu(4, 8, g) for g in range(8)] == [(0,), (0,), (1,), (1,), (2,), (2,),
-                                                                 (3,), (3,)]
+    assert [disagg.heads_on_gpu(4, 8, g) for g in range(8)] == [
+        (0,),
+        (0,),
+        (1,),
+        (1,),
+        (2,),
+        (2,),
+        (3,),
+        (3,),
+    ]
     r = disagg.reshard(4, 8, 8, 4.0)
     assert r.total_bytes == 8.0  # replication doubles what crosses the wire
     assert sorted(r.sent_bytes()) == [1.0] * 8  # replicas share the sending
@@ -121,8 +133,11 @@ def test_reshard_with_replicated_heads():
     assert r2.total_bytes == 4.0 and r2.sources_per_decode_gpu() == [2, 2]
 
 
-@given(heads=st.sampled_from([1, 2, 4, 8, 16]), p=st.sampled_from([1, 2, 4, 8, 16]),
-       d=st.sampled_from([1, 2, 4, 8, 16]))
+@given(
+    heads=st.sampled_from([1, 2, 4, 8, 16]),
+    p=st.sampled_from([1, 2, 4, 8, 16]),
+    d=st.sampled_from([1, 2, 4, 8, 16]),
+)
 def test_reshard_every_decode_gpu_gets_its_heads(heads, p, d):
     r = disagg.reshard(heads, p, d, float(heads))
     for dst in range(d):
@@ -178,6 +193,7 @@ def test_crossover():
     assert 10_000 < n < 50_000
     x = disagg.kv_transfer(LLAMA_70B, n, link="one_nic").seconds
     from kvlab import calc
+
     pre = calc.prefill_seconds_attention(n, 1e-4, LLAMA_70B.params, LLAMA_70B.layers, 8192)
     assert disagg.transfer_share_of_ttft(x, pre) == pytest.approx(0.05, abs=1e-4)
 

@@ -29,7 +29,7 @@ class BruteBlockCache:
     def chain(self, ids):
         out, parent = [], -1
         for j in range(len(ids) // self.bs):
-            k = (parent, ids[j * self.bs:(j + 1) * self.bs].tobytes())
+            k = (parent, ids[j * self.bs : (j + 1) * self.bs].tobytes())
             parent = self._ids.setdefault(k, len(self._ids))
             out.append(parent)
         return out
@@ -55,9 +55,19 @@ def brute_hits(w, replicas, route, cache_tokens, block_size=16):
     return np.array([caches[r].serve(*w.tokens(i)) for i, r in enumerate(route)])
 
 
-SMALL_CHAT = dict(conversations=12, skew=1.0, requests=300, seed=3, system_prompts=2,
-                  system_tokens=40, history_start=20, history_step=50, history_max=300,
-                  new_tokens=30, output_tokens=13)
+SMALL_CHAT = dict(
+    conversations=12,
+    skew=1.0,
+    requests=300,
+    seed=3,
+    system_prompts=2,
+    system_tokens=40,
+    history_start=20,
+    history_step=50,
+    history_max=300,
+    new_tokens=30,
+    output_tokens=13,
+)
 
 
 @pytest.fixture(scope="module")
@@ -70,14 +80,23 @@ def small_trace():
     return traces.load_mooncake(limit=120)
 
 
-CASES = [(p, v) for p in POLICIES for v in (("stale", "exact") if p == "cache_aware" else ("stale",))]
+CASES = [
+    (p, v) for p in POLICIES for v in (("stale", "exact") if p == "cache_aware" else ("stale",))
+]
 
 
 @pytest.mark.parametrize("cache_tokens", [0, 48, 200, 700, 3000, None])
 @pytest.mark.parametrize("policy,view", CASES)
 def test_exact_against_brute_force_chat(small_chat, policy, view, cache_tokens):
-    r = fleet.simulate(small_chat, policy=policy, replicas=3, cache_tokens=cache_tokens,
-                       warmup=0, view=view, seed=1)
+    r = fleet.simulate(
+        small_chat,
+        policy=policy,
+        replicas=3,
+        cache_tokens=cache_tokens,
+        warmup=0,
+        view=view,
+        seed=1,
+    )
     ref = brute_hits(small_chat, 3, r.replica, cache_tokens)
     np.testing.assert_array_equal(r.hit_tokens, ref)
 
@@ -92,23 +111,32 @@ def test_exact_default_sizes_block_aligned():
 @pytest.mark.parametrize("cache_tokens", [4_000, 60_000, 400_000, None])
 @pytest.mark.parametrize("policy,view", CASES)
 def test_exact_against_brute_force_trace(small_trace, policy, view, cache_tokens):
-    r = fleet.simulate(small_trace, policy=policy, replicas=3, cache_tokens=cache_tokens,
-                       warmup=0, view=view)
+    r = fleet.simulate(
+        small_trace, policy=policy, replicas=3, cache_tokens=cache_tokens, warmup=0, view=view
+    )
     ref = brute_hits(small_trace, 3, r.replica, cache_tokens)
     np.testing.assert_array_equal(r.hit_tokens, ref)
 
 
 def test_exact_trace_512_token_blocks(small_trace):
-    r = fleet.simulate(small_trace, policy="round_robin", replicas=2, cache_tokens=50_000,
-                       warmup=0, block_size=512)
+    r = fleet.simulate(
+        small_trace, policy="round_robin", replicas=2, cache_tokens=50_000, warmup=0, block_size=512
+    )
     np.testing.assert_array_equal(r.hit_tokens, brute_hits(small_trace, 2, r.replica, 50_000, 512))
 
 
 @pytest.mark.parametrize("view", ["stale", "exact"])
 @pytest.mark.parametrize("cache_model", ["prefix", "per_conversation"])
 def test_inline_cache_aware_equals_router_object(small_chat, view, cache_model):
-    kw = dict(policy="cache_aware", replicas=4, cache_tokens=700, warmup=0, view=view,
-              cache_model=cache_model, lam=0.01)
+    kw = dict(
+        policy="cache_aware",
+        replicas=4,
+        cache_tokens=700,
+        warmup=0,
+        view=view,
+        cache_model=cache_model,
+        lam=0.01,
+    )
     fast = fleet.simulate(small_chat, **kw)
     slow = fleet.simulate(small_chat, _use_router_object=True, **kw)
     np.testing.assert_array_equal(fast.replica, slow.replica)
@@ -127,8 +155,15 @@ def test_result_fields_and_accounting(small_chat):
 
 
 def test_bad_arguments(small_chat):
-    for kw in (dict(policy="nearest"), dict(replicas=0), dict(cache_tokens=-1), dict(warmup=300),
-               dict(cache_model="lru"), dict(view="psychic"), dict(epsilon=-0.1)):
+    for kw in (
+        dict(policy="nearest"),
+        dict(replicas=0),
+        dict(cache_tokens=-1),
+        dict(warmup=300),
+        dict(cache_model="lru"),
+        dict(view="psychic"),
+        dict(epsilon=-0.1),
+    ):
         with pytest.raises(ValueError):
             fleet.simulate(small_chat, **kw)
     with pytest.raises(ValueError, match="per_conversation"):
@@ -136,8 +171,12 @@ def test_bad_arguments(small_chat):
 
 
 def test_more_cache_never_hurts_a_single_replica(small_chat):
-    rates = [fleet.simulate(small_chat, policy="round_robin", replicas=1, cache_tokens=c,
-                            warmup=0).hit_rate for c in (0, 100, 400, 1600, None)]
+    rates = [
+        fleet.simulate(
+            small_chat, policy="round_robin", replicas=1, cache_tokens=c, warmup=0
+        ).hit_rate
+        for c in (0, 100, 400, 1600, None)
+    ]
     assert rates == sorted(rates)
     assert rates[0] == 0.0
 
@@ -145,26 +184,35 @@ def test_more_cache_never_hurts_a_single_replica(small_chat):
 # --- the demo's figures (acceptance criteria; nothing is tuned to them) ------------------------
 # published (simplified cache): hit rates within 2 points, imbalance within 0.1x
 PUBLISHED = {
-    "default": dict(hit={"random": 0.55, "round_robin": 0.55, "sticky": 0.97, "cache_aware": 0.94},
-                    imb={"sticky": 1.7, "cache_aware": 1.05}),
+    "default": dict(
+        hit={"random": 0.55, "round_robin": 0.55, "sticky": 0.97, "cache_aware": 0.94},
+        imb={"sticky": 1.7, "cache_aware": 1.05},
+    ),
     "cache50k": dict(hit={"cache_aware": 0.56}, imb={}),
     "skew0": dict(hit={"sticky": 0.59, "cache_aware": 0.59}, imb={"sticky": 1.1}),
 }
 # demo.md's expectations with real prefix semantics ("roughly"; same tolerances)
 REAL = {
-    "default": dict(hit={"random": 0.52, "round_robin": 0.52, "sticky": 0.95, "cache_aware": 0.94},
-                    imb={"sticky": 1.85, "cache_aware": 1.04}),
+    "default": dict(
+        hit={"random": 0.52, "round_robin": 0.52, "sticky": 0.95, "cache_aware": 0.94},
+        imb={"sticky": 1.85, "cache_aware": 1.04},
+    ),
     "cache50k": dict(hit={"cache_aware": 0.58}, imb={}),
     "skew0": dict(hit={"sticky": 0.59, "cache_aware": 0.59}, imb={"sticky": 1.1}),
 }
-SCENARIOS = {"default": ({}, {}), "cache50k": ({}, {"cache_tokens": 50_000}),
-             "skew0": ({"skew": 0.0}, {})}
+SCENARIOS = {
+    "default": ({}, {}),
+    "cache50k": ({}, {"cache_tokens": 50_000}),
+    "skew0": ({"skew": 0.0}, {}),
+}
 # Measured and known to miss (reported to the lead, not tuned away): sticky's imbalance. The
 # request share alone gives 1.84x at skew 1 (c mod 8 with Zipf over 500 conversations), so 1.7x
 # is out of reach for modulo placement; with real semantics, lingering old chats on the hottest
 # replica push it to ~2.0x.
-KNOWN_MISSES = {("per_conversation", "default", "imb", "sticky"),
-                ("prefix", "default", "imb", "sticky")}
+KNOWN_MISSES = {
+    ("per_conversation", "default", "imb", "sticky"),
+    ("prefix", "default", "imb", "sticky"),
+}
 
 
 def _cases():
@@ -172,10 +220,14 @@ def _cases():
         for scen, figs in table.items():
             for kind in ("hit", "imb"):
                 for pol, val in figs[kind].items():
-                    marks = ([pytest.mark.xfail(strict=True, reason="see KNOWN_MISSES")]
-                             if (model, scen, kind, pol) in KNOWN_MISSES else [])
-                    yield pytest.param(model, scen, kind, pol, val, marks=marks,
-                                       id=f"{model}-{scen}-{kind}-{pol}")
+                    marks = (
+                        [pytest.mark.xfail(strict=True, reason="see KNOWN_MISSES")]
+                        if (model, scen, kind, pol) in KNOWN_MISSES
+                        else []
+                    )
+                    yield pytest.param(
+                        model, scen, kind, pol, val, marks=marks, id=f"{model}-{scen}-{kind}-{pol}"
+                    )
 
 
 _memo: dict = {}
@@ -236,8 +288,7 @@ def synthetic_trace(seed=0, n=200):
 @pytest.mark.parametrize("policy,view", CASES)
 def test_exact_against_brute_force_synthetic_trace(policy, view, cache_tokens):
     t = synthetic_trace()
-    r = fleet.simulate(t, policy=policy, replicas=2, cache_tokens=cache_tokens, warmup=0,
-                       view=view)
+    r = fleet.simulate(t, policy=policy, replicas=2, cache_tokens=cache_tokens, warmup=0, view=view)
     np.testing.assert_array_equal(r.hit_tokens, brute_hits(t, 2, r.replica, cache_tokens))
     if cache_tokens != 0:  # the last-token rule is exercised
         assert np.any(r.hit_tokens == t.prompt_tokens - 16)
@@ -268,9 +319,12 @@ def test_cache_aware_choice_rules():
     assert lam.choose(0, np.array([100, 90]), np.array([50, 30])) == 1
     with pytest.raises(ValueError):
         ca.choose(0, np.zeros(3), np.zeros(4))
-    for kw in (dict(policy="x", replicas=2), dict(policy="random", replicas=0),
-               dict(policy="sticky", replicas=2, sticky="md5"), dict(policy="cache_aware",
-                                                                     replicas=2, epsilon=-1)):
+    for kw in (
+        dict(policy="x", replicas=2),
+        dict(policy="random", replicas=0),
+        dict(policy="sticky", replicas=2, sticky="md5"),
+        dict(policy="cache_aware", replicas=2, epsilon=-1),
+    ):
         with pytest.raises(ValueError):
             routing.make_router(**kw)
 

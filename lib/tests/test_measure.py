@@ -111,11 +111,14 @@ def test_gloo_send_recv_exact():
 # --- the model with prefix reuse -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape", [
-    dict(layers=2, q_heads=4, kv_heads=4, head_dim=16),   # multi-head attention
-    dict(layers=3, q_heads=8, kv_heads=2, head_dim=8),    # grouped-query attention
-    dict(layers=1, q_heads=6, kv_heads=1, head_dim=32, d_model=96, ffn_dim=200),  # MQA
-])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        dict(layers=2, q_heads=4, kv_heads=4, head_dim=16),  # multi-head attention
+        dict(layers=3, q_heads=8, kv_heads=2, head_dim=8),  # grouped-query attention
+        dict(layers=1, q_heads=6, kv_heads=1, head_dim=32, d_model=96, ffn_dim=200),  # MQA
+    ],
+)
 @pytest.mark.parametrize("prefix", [16, 48, 99])
 def test_prefix_reuse_matches_cold(shape, prefix):
     from kvlab.measure.model import TinyTransformer, prefix_reuse_check
@@ -183,8 +186,11 @@ def test_parse_sums_engines_and_fallback(monkeypatch):
     two = SAMPLE_BEFORE + 'vllm:prefix_cache_hits_total{engine="1",model_name="m"} 50.0\n'
     assert prom.parse_metrics(two)["vllm:prefix_cache_hits_total"] == 450.0
     samples = list(prom._parse_fallback(SAMPLE_BEFORE))
-    assert ("vllm:prefix_cache_hits_total",
-            {"engine": "0", "model_name": "Qwen/Qwen2.5-0.5B-Instruct"}, 400.0) in samples
+    assert (
+        "vllm:prefix_cache_hits_total",
+        {"engine": "0", "model_name": "Qwen/Qwen2.5-0.5B-Instruct"},
+        400.0,
+    ) in samples
     monkeypatch.setitem(sys.modules, "prometheus_client.parser", None)  # parser absent
     assert prom.parse_metrics(two)["vllm:prefix_cache_hits_total"] == 450.0
 
@@ -216,8 +222,13 @@ def test_flatten_offline_metrics():
     class Gauge(Counter):
         pass
 
-    flat = prom.flatten_vllm_metrics([Counter("vllm:prefix_cache_queries", 500),
-                                      Counter("vllm:prefix_cache_hits", 125), Gauge("vllm:x", 0.5)])
+    flat = prom.flatten_vllm_metrics(
+        [
+            Counter("vllm:prefix_cache_queries", 500),
+            Counter("vllm:prefix_cache_hits", 125),
+            Gauge("vllm:x", 0.5),
+        ]
+    )
     c = prom.prefix_cache_counters(flat)
     assert c.hit_rate == 0.25 and flat["vllm:x"] == 0.5
 
@@ -229,13 +240,19 @@ def test_prompts_shared_and_timestamped():
     p = prompts.build_lab1_prompts(requests=100)
     assert len({x["system"] for x in p}) == 1 and len({x["user"] for x in p}) == 100
     t = prompts.build_lab1_prompts(requests=5, timestamp=True)
-    assert len({x["system"] for x in t}) == 5 and all(x["system"].startswith("Current date") for x in t)
+    assert len({x["system"] for x in t}) == 5 and all(
+        x["system"].startswith("Current date") for x in t
+    )
 
 
 def test_predicted_hit_rate_arithmetic():
     shared = list(range(100, 132))  # two full blocks
     ps = [shared + [1, 2, 3], shared + [4, 5], shared[:16]]
-    assert prompts.predicted_cached_tokens(ps, 16) == [0, 32, 0]  # last: 16 tokens, one must compute
+    assert prompts.predicted_cached_tokens(ps, 16) == [
+        0,
+        32,
+        0,
+    ]  # last: 16 tokens, one must compute
     assert prompts.predicted_hit_rate(ps, 16) == pytest.approx(32 / (35 + 34 + 16))
     tok = prompts.build_lab1_token_prompts(requests=10, system_tokens=2000)
     assert prompts.predicted_cached_tokens(tok) == [0] + [2000] * 9
@@ -254,8 +271,9 @@ def test_block_hash_chain_depends_on_parent():
 
 
 def test_results_roundtrip(tmp_path):
-    p = results.save_results("lab2", {"machine": {"gpu": "X"}}, "NVIDIA H100 80GB HBM3", "2026-01-02",
-                             tmp_path)
+    p = results.save_results(
+        "lab2", {"machine": {"gpu": "X"}}, "NVIDIA H100 80GB HBM3", "2026-01-02", tmp_path
+    )
     assert p.name == "lab2-nvidia-h100-80gb-hbm3-2026-01-02.json"
     got = results.load_results("lab2", tmp_path)
     assert got[0]["machine"]["gpu"] == "X" and results.load_results("lab1", tmp_path) == []

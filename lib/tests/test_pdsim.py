@@ -33,8 +33,9 @@ def test_router_prefers_an_idle_prefill_replica():
     # is idle (4 prompts at once within 0.3 s is vanishingly rare at 0.5 requests/s)
     r = pdsim.simulate(pdsim.Disaggregated(4, 4), pdsim.Traffic(rate_rps=0.5, requests=400))
     np.testing.assert_allclose(r.ttft_s, 0.3 + disagg.kv_transfer(LLAMA_70B, 3_000).seconds)
-    c = pdsim.simulate(pdsim.Colocated(4, chunk_tokens=None), pdsim.Traffic(rate_rps=0.01,
-                                                                              requests=200))
+    c = pdsim.simulate(
+        pdsim.Colocated(4, chunk_tokens=None), pdsim.Traffic(rate_rps=0.01, requests=200)
+    )
     np.testing.assert_allclose(c.ttft_s, 0.3)
 
 
@@ -50,12 +51,14 @@ def test_prefix_hits_shorten_prefill_but_not_transfer():
     np.testing.assert_allclose(r.ttft_s, 600 * 1e-4 + disagg.kv_transfer(LLAMA_70B, 3_000).seconds)
 
 
-BUSY = pdsim.Traffic(rate_rps=12, requests=3_000, prompt_dist="lognormal",
-                     output_dist="lognormal", seed=3)
+BUSY = pdsim.Traffic(
+    rate_rps=12, requests=3_000, prompt_dist="lognormal", output_dist="lognormal", seed=3
+)
 
 
-@pytest.mark.parametrize("system", SYSTEMS + [pdsim.Disaggregated(3, 1, max_batch=8)],
-                         ids=lambda s: s.label)
+@pytest.mark.parametrize(
+    "system", SYSTEMS + [pdsim.Disaggregated(3, 1, max_batch=8)], ids=lambda s: s.label
+)
 def test_conservation_and_order(system):
     r = pdsim.simulate(system, BUSY)
     assert np.isfinite(r.finish_s).all() and np.isfinite(r.first_token_s).all()
@@ -66,8 +69,9 @@ def test_conservation_and_order(system):
     assert (r.tpot_s[r.output_tokens > 1] >= bare - 1e-12).all()
 
 
-@pytest.mark.parametrize("system", [pdsim.Colocated(4), pdsim.Disaggregated(3, 1)],
-                         ids=lambda s: s.label)
+@pytest.mark.parametrize(
+    "system", [pdsim.Colocated(4), pdsim.Disaggregated(3, 1)], ids=lambda s: s.label
+)
 def test_littles_law(system):
     traffic = pdsim.Traffic(rate_rps=5, requests=6_000, prompt_dist="lognormal", seed=5)
     r = pdsim.simulate(system, traffic)
@@ -130,8 +134,11 @@ def test_bad_input():
     assert pdsim.splits(3) == [(1, 2), (2, 1)]
 
 
-@pytest.mark.parametrize("system", [pdsim.Colocated(1, chunk_tokens=None), pdsim.Colocated(1),
-                                    pdsim.Disaggregated(1, 1)], ids=lambda s: s.label)
+@pytest.mark.parametrize(
+    "system",
+    [pdsim.Colocated(1, chunk_tokens=None), pdsim.Colocated(1), pdsim.Disaggregated(1, 1)],
+    ids=lambda s: s.label,
+)
 def test_prefill_is_first_come_first_served(system):
     r = pdsim.simulate(system, pdsim.Traffic(rate_rps=3, requests=400, seed=9))
     assert (np.diff(r.first_token_s) >= 0).all()

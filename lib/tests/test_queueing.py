@@ -23,15 +23,14 @@ def _batch_means_se(x, batches=40):
 def mg1():
     w = queueing.IndependentRequests(requests=150_000, prompt_tokens=2_000, sigma=0.8, seed=3)
     rate = 3.5  # E[S] ~ 0.2 s: rho ~ 0.7
-    res = queueing.simulate(w, "round_robin", 1, rate, cache_tokens=0, prefill_only=True,
-                            seed=11)
+    res = queueing.simulate(w, "round_robin", 1, rate, cache_tokens=0, prefill_only=True, seed=11)
     return w, rate, res
 
 
 def test_mg1_mean_wait_matches_pollaczek_khinchine(mg1):
     w, rate, res = mg1
     s = w.prompt_tokens * TAU
-    es, es2 = s.mean(), (s ** 2).mean()
+    es, es2 = s.mean(), (s**2).mean()
     assert 0.6 < rate * es < 0.8
     expected = queueing.mg1_wait_s(rate, es, es2)
     wait = res.wait_s[2_000:]  # drop the empty-system start
@@ -52,7 +51,8 @@ def test_littles_law(mg1):
     # and an independent estimate: the count sampled at random times from the per-request arrays
     t = np.sort(np.random.default_rng(0).uniform(res.arrival_s[0], res.end_s, 50_000))
     n_t = np.searchsorted(res.arrival_s, t, "right") - np.searchsorted(
-        np.sort(res.finish_s), t, "right")
+        np.sort(res.finish_s), t, "right"
+    )
     assert n_t.mean() == pytest.approx(res.mean_in_system, rel=0.05)
 
 
@@ -87,8 +87,9 @@ def test_widely_spaced_matches_fleet_and_prefill_time(policy):
 def test_conservation():
     w = workload.ChatWorkload(requests=2_000, seed=2)
     for chunk in (None, 256):
-        res = queueing.simulate(w, "cache_aware", 4, 8.0, chunk_tokens=chunk, max_batch=16,
-                                view="exact")
+        res = queueing.simulate(
+            w, "cache_aware", 4, 8.0, chunk_tokens=chunk, max_batch=16, view="exact"
+        )
         assert np.all(np.isfinite(res.finish_s))
         assert np.all(res.arrival_s <= res.start_s)
         assert np.all(res.start_s <= res.first_token_s)
@@ -101,8 +102,10 @@ def test_conservation():
         assert np.all(res.busy_s >= res.prefill_busy_s - 1e-9)
         assert np.all(res.utilisation <= 1 + 1e-9)
         # every decode step of a batch of b takes a + k b, and b <= max_batch
-        assert np.all(res.tpot_s <= COST.decode_base_s + 16 * COST.decode_per_request_s
-                      + res.prefill_busy_s.max())
+        assert np.all(
+            res.tpot_s
+            <= COST.decode_base_s + 16 * COST.decode_per_request_s + res.prefill_busy_s.max()
+        )
 
 
 def test_costs_are_configurable():
@@ -155,22 +158,25 @@ def test_trace_replay():
     assert np.all(np.isfinite(res.ttft_s))
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    (dict(replicas=0), "replicas"),
-    (dict(rate_rps=-1.0), "rate_rps"),
-    (dict(cache_tokens=-5), "cache_tokens"),
-    (dict(max_batch=0), "max_batch"),
-    (dict(chunk_tokens=0), "chunk_tokens"),
-    (dict(policy="fastest"), "policy"),
-    (dict(view="psychic"), "view"),
-    (dict(load="vibes"), "load"),
-    (dict(add_replica_at_s=-1.0), "add_replica_at_s"),
-    (dict(warmup=10_000), "warmup"),
-    (dict(speedup=0.0, rate_rps=None, arrival_s=np.arange(10.0)), "speedup"),
-    (dict(rate_rps=None, arrival_s=np.arange(10.0)[::-1]), "arrival_s"),
-    (dict(rate_rps=None), "rate_rps"),
-    (dict(guard_slack_tokens=-1.0), "guard_slack_tokens"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(replicas=0), "replicas"),
+        (dict(rate_rps=-1.0), "rate_rps"),
+        (dict(cache_tokens=-5), "cache_tokens"),
+        (dict(max_batch=0), "max_batch"),
+        (dict(chunk_tokens=0), "chunk_tokens"),
+        (dict(policy="fastest"), "policy"),
+        (dict(view="psychic"), "view"),
+        (dict(load="vibes"), "load"),
+        (dict(add_replica_at_s=-1.0), "add_replica_at_s"),
+        (dict(warmup=10_000), "warmup"),
+        (dict(speedup=0.0, rate_rps=None, arrival_s=np.arange(10.0)), "speedup"),
+        (dict(rate_rps=None, arrival_s=np.arange(10.0)[::-1]), "arrival_s"),
+        (dict(rate_rps=None), "rate_rps"),
+        (dict(guard_slack_tokens=-1.0), "guard_slack_tokens"),
+    ],
+)
 def test_validation(kwargs, name):
     w = queueing.IndependentRequests(requests=10)
     args = dict(policy="random", replicas=2, rate_rps=1.0)

@@ -51,8 +51,9 @@ def test_unlimited_single_replica_reuse(trace):
     # token-level through the simulator (one replica, unlimited cache, nothing discarded):
     # 512-token blocks and 16-token blocks, last prompt token always computed
     for bs in (512, 16):
-        r = fleet.simulate(trace, policy="round_robin", replicas=1, cache_tokens=None,
-                           warmup=0, block_size=bs)
+        r = fleet.simulate(
+            trace, policy="round_robin", replicas=1, cache_tokens=None, warmup=0, block_size=bs
+        )
         assert r.hit_rate == pytest.approx(0.37, abs=0.01), (bs, r.hit_rate)
 
 
@@ -65,19 +66,32 @@ def _write(tmp_path, lines):
 GOOD = json.dumps({"timestamp": 5, "input_length": 600, "output_length": 3, "hash_ids": [1, 2]})
 
 
-@pytest.mark.parametrize("bad,match", [
-    ("{not json", "line 2: not valid JSON"),
-    (json.dumps({"timestamp": 1, "input_length": 10, "output_length": 1}), "line 2: missing"),
-    (json.dumps({"timestamp": 1, "input_length": -5, "output_length": 1, "hash_ids": []}),
-     "line 2: input_length"),
-    (json.dumps({"timestamp": 1, "input_length": 1025, "output_length": 1, "hash_ids": [1, 2]}),
-     "line 2: 2 hash_ids for input_length 1025"),
-    (json.dumps({"timestamp": 1, "input_length": 10, "output_length": -1, "hash_ids": [1]}),
-     "line 2: output_length"),
-    (json.dumps({"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": ["a"]}),
-     "line 2: hash_ids"),
-    ("", "line 2: empty"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ("{not json", "line 2: not valid JSON"),
+        (json.dumps({"timestamp": 1, "input_length": 10, "output_length": 1}), "line 2: missing"),
+        (
+            json.dumps({"timestamp": 1, "input_length": -5, "output_length": 1, "hash_ids": []}),
+            "line 2: input_length",
+        ),
+        (
+            json.dumps(
+                {"timestamp": 1, "input_length": 1025, "output_length": 1, "hash_ids": [1, 2]}
+            ),
+            "line 2: 2 hash_ids for input_length 1025",
+        ),
+        (
+            json.dumps({"timestamp": 1, "input_length": 10, "output_length": -1, "hash_ids": [1]}),
+            "line 2: output_length",
+        ),
+        (
+            json.dumps({"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": ["a"]}),
+            "line 2: hash_ids",
+        ),
+        ("", "line 2: empty"),
+    ],
+)
 def test_malformed_lines_raise_with_line_number(tmp_path, bad, match):
     with pytest.raises(ValueError, match=match):
         traces.load_mooncake(_write(tmp_path, [GOOD, bad, GOOD]))

@@ -86,10 +86,21 @@ def test_skew_zero_is_uniform():
     assert counts.min() > 1800 and counts.max() < 2200
 
 
-@pytest.mark.parametrize("kw", [dict(conversations=0), dict(skew=-1), dict(requests=0),
-                                dict(seed=-1), dict(system_prompts=0), dict(new_tokens=0),
-                                dict(history_step=100), dict(history_max=100),
-                                dict(conversations=2.5), dict(skew="1")])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(conversations=0),
+        dict(skew=-1),
+        dict(requests=0),
+        dict(seed=-1),
+        dict(system_prompts=0),
+        dict(new_tokens=0),
+        dict(history_step=100),
+        dict(history_max=100),
+        dict(conversations=2.5),
+        dict(skew="1"),
+    ],
+)
 def test_bad_arguments(kw):
     with pytest.raises(ValueError):
         workload.ChatWorkload(**kw)

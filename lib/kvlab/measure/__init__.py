@@ -26,8 +26,16 @@ from .results import find_results, load_results, save_results
 from .transfer import SendRecvResult, send_recv
 
 # The model needs torch at class-definition time: load it on first use only.
-_MODEL_NAMES = {"PrefixKVStore", "PrefixReuseEngine", "PrefillResult", "TinyTransformer",
-                "predicted_saving_s", "prefix_reuse_check", "make_model", "block_hashes"}
+_MODEL_NAMES = {
+    "PrefixKVStore",
+    "PrefixReuseEngine",
+    "PrefillResult",
+    "TinyTransformer",
+    "predicted_saving_s",
+    "prefix_reuse_check",
+    "make_model",
+    "block_hashes",
+}
 
 
 def __getattr__(name):

@@ -72,7 +72,9 @@ class CopyResult:
         return d
 
 
-def reference_bandwidth(kind: str, gpu=None, nvlink: bool = True) -> tuple[float | None, str | None]:
+def reference_bandwidth(
+    kind: str, gpu=None, nvlink: bool = True
+) -> tuple[float | None, str | None]:
     """(bytes/s, description) of the vendor figure a copy of ``kind`` should be compared with.
 
     Host<->GPU: one direction of the PCIe headline figure. Same-GPU copy: half the HBM bandwidth
@@ -148,8 +150,14 @@ def _buffers(torch, kind: str, n: int):
     return torch.ones(n, dtype=u8, device="cuda:0"), torch.empty(n, dtype=u8, device="cuda:1")
 
 
-def time_copy(n_bytes: int, kind: str = "host", repeats: int = 5, warmup: int = 2,
-              tokens: int | None = None, gpu=None) -> CopyResult:
+def time_copy(
+    n_bytes: int,
+    kind: str = "host",
+    repeats: int = 5,
+    warmup: int = 2,
+    tokens: int | None = None,
+    gpu=None,
+) -> CopyResult:
     """Time copying ``n_bytes`` bytes of ``kind`` (see module doc); median of ``repeats``.
 
     ``gpu`` is the :class:`kvlab.hardware.GPU` for the reference figure (found from the device
@@ -203,12 +211,26 @@ def time_copy(n_bytes: int, kind: str = "host", repeats: int = 5, warmup: int = 
     del src, dst
     if on_gpu:
         torch.cuda.empty_cache()
-    return CopyResult(kind=kind, n_bytes=n, seconds=statistics.median(times), times_s=times,
-                      tokens=tokens, reference_bytes_per_s=ref, reference=ref_name)
+    return CopyResult(
+        kind=kind,
+        n_bytes=n,
+        seconds=statistics.median(times),
+        times_s=times,
+        tokens=tokens,
+        reference_bytes_per_s=ref,
+        reference=ref_name,
+    )
 
 
-def kv_copy_sweep(model, tokens_list, kinds=None, bytes_per_value: float = 2, repeats: int = 5,
-                  warmup: int = 2, memory_fraction: float = 0.4):
+def kv_copy_sweep(
+    model,
+    tokens_list,
+    kinds=None,
+    bytes_per_value: float = 2,
+    repeats: int = 5,
+    warmup: int = 2,
+    memory_fraction: float = 0.4,
+):
     """Time copies of one request's KV for each prompt length in ``tokens_list``.
 
     The size of each copy is ``calc.kv_bytes(tokens, calc.model_kv_bytes_per_token(model))``.
@@ -231,7 +253,9 @@ def kv_copy_sweep(model, tokens_list, kinds=None, bytes_per_value: float = 2, re
             n = int(calc.kv_bytes(tokens, per_token))
             free = _free_bytes(kind)
             if 2 * n > memory_fraction * free:
-                skipped.append((kind, tokens, f"needs {2 * n / 1e9:.1f} GB, {free / 1e9:.1f} GB free"))
+                skipped.append(
+                    (kind, tokens, f"needs {2 * n / 1e9:.1f} GB, {free / 1e9:.1f} GB free")
+                )
                 continue
             results.append(time_copy(n, kind, repeats=repeats, warmup=warmup, tokens=tokens))
     return results, skipped
@@ -253,7 +277,15 @@ def results_frame(results):
 
     rows = []
     for r in results:
-        rows.append({"kind": r.kind, "tokens": r.tokens, "n_bytes": r.n_bytes, "seconds": r.seconds,
-                     "gb_per_s": r.gb_per_s, "reference_gb_per_s": (r.reference_bytes_per_s or float("nan")) / 1e9,
-                     "share_of_reference": r.share_of_reference})
+        rows.append(
+            {
+                "kind": r.kind,
+                "tokens": r.tokens,
+                "n_bytes": r.n_bytes,
+                "seconds": r.seconds,
+                "gb_per_s": r.gb_per_s,
+                "reference_gb_per_s": (r.reference_bytes_per_s or float("nan")) / 1e9,
+                "share_of_reference": r.share_of_reference,
+            }
+        )
     return pd.DataFrame(rows)

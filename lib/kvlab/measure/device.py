@@ -122,19 +122,29 @@ def discover() -> Discovery:
         if cuda:
             for i in range(torch.cuda.device_count()):
                 p = torch.cuda.get_device_properties(i)
-                gpus.append({"index": i, "name": p.name, "memory_bytes": int(p.total_memory),
-                             "capability": f"{p.major}.{p.minor}"})
+                gpus.append(
+                    {
+                        "index": i,
+                        "name": p.name,
+                        "memory_bytes": int(p.total_memory),
+                        "capability": f"{p.major}.{p.minor}",
+                    }
+                )
             for i in range(len(gpus)):
                 for j in range(len(gpus)):
                     if i != j:
                         peers[f"{i}->{j}"] = bool(torch.cuda.can_device_access_peer(i, j))
         else:
-            notes.append("no CUDA GPU: the labs run their CPU path (host copies, gloo, the small model)")
+            notes.append(
+                "no CUDA GPU: the labs run their CPU path (host copies, gloo, the small model)"
+            )
         if len(gpus) == 1:
             notes.append("one GPU: GPU-to-GPU copies and NCCL between two GPUs are skipped")
     vllm = _version_of("vllm") if cuda else None
     if cuda and not vllm:
-        notes.append("vllm not installed: the vLLM part of Lab 1 is skipped (pip install -r requirements-gpu.txt)")
+        notes.append(
+            "vllm not installed: the vLLM part of Lab 1 is skipped (pip install -r requirements-gpu.txt)"
+        )
     return Discovery(
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}",

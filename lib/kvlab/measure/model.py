@@ -34,17 +34,27 @@ from .prompts import block_hashes
 # --- the cost of a prefill that reuses a prefix: defined once in kvlab.formulas ----------------
 #: Matmul FLOPs to prefill the last P - c tokens of a prompt whose first c tokens' KV is reused.
 PREFILL_FLOPS_WITH_PREFIX = formulas.FORMULAS["prefill_flops_with_prefix"].rhs
-P_s, c_s, N_s, L_s, d_s = formulas.P, formulas.c_tok, formulas.N_params, formulas.L, formulas.d_model
+P_s, c_s, N_s, L_s, d_s = (
+    formulas.P,
+    formulas.c_tok,
+    formulas.N_params,
+    formulas.L,
+    formulas.d_model,
+)
 
 
-def prefill_flops_with_prefix(prompt_tokens: float, cached_tokens: float, params: float,
-                              layers: int, d_model: int) -> float:
+def prefill_flops_with_prefix(
+    prompt_tokens: float, cached_tokens: float, params: float, layers: int, d_model: int
+) -> float:
     """:data:`PREFILL_FLOPS_WITH_PREFIX` evaluated (FLOPs)."""
     non_negative("prompt_tokens", prompt_tokens)
     if not 0 <= cached_tokens <= prompt_tokens:
         raise ValueError(f"cached_tokens must be in [0, {prompt_tokens}], got {cached_tokens!r}")
-    return float(PREFILL_FLOPS_WITH_PREFIX.subs({P_s: prompt_tokens, c_s: cached_tokens,
-                                                 N_s: params, L_s: layers, d_s: d_model}))
+    return float(
+        PREFILL_FLOPS_WITH_PREFIX.subs(
+            {P_s: prompt_tokens, c_s: cached_tokens, N_s: params, L_s: layers, d_s: d_model}
+        )
+    )
 
 
 def predicted_saving_s(cold_s: float, prompt_tokens: int, cached_tokens: int, model=None) -> float:
@@ -60,8 +70,9 @@ def predicted_saving_s(cold_s: float, prompt_tokens: int, cached_tokens: int, mo
     if model is None:
         return cold_s * cached_tokens / prompt_tokens
     full = prefill_flops_with_prefix(prompt_tokens, 0, model.params, model.layers, model.d_model)
-    rest = prefill_flops_with_prefix(prompt_tokens, cached_tokens, model.params, model.layers,
-                                     model.d_model)
+    rest = prefill_flops_with_prefix(
+        prompt_tokens, cached_tokens, model.params, model.layers, model.d_model
+    )
     return cold_s * (1 - rest / full)
 
 
@@ -84,14 +95,19 @@ def _rope(x, positions, base: float):
     freqs = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)
     angles = positions.to(torch.float32)[:, None] * freqs[None, :]
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    x1, x2 = x[..., :half], x[..., half:2 * half]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos, x[..., 2 * half:]], dim=-1)
+    x1, x2 = x[..., :half], x[..., half : 2 * half]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos, x[..., 2 * half :]], dim=-1)
 
 
 class Block(nn.Module):
     def __init__(self, d_model, q_heads, kv_heads, head_dim, ffn_dim, rope_base, **kw):
         super().__init__()
-        self.q_heads, self.kv_heads, self.head_dim, self.rope_base = q_heads, kv_heads, head_dim, rope_base
+        self.q_heads, self.kv_heads, self.head_dim, self.rope_base = (
+            q_heads,
+            kv_heads,
+            head_dim,
+            rope_base,
+        )
         self.norm1 = RMSNorm(d_model, **kw)
         self.norm2 = RMSNorm(d_model, **kw)
         self.wq = nn.Linear(d_model, q_heads * head_dim, bias=False, **kw)
@@ -122,8 +138,10 @@ class Block(nn.Module):
             att = F.scaled_dot_product_attention(q[None], kr[None], vr[None], is_causal=True)
         else:
             S = k.shape[1]
-            allowed = torch.arange(S, device=x.device)[None, :] <= (
-                past_len + torch.arange(T, device=x.device))[:, None]
+            allowed = (
+                torch.arange(S, device=x.device)[None, :]
+                <= (past_len + torch.arange(T, device=x.device))[:, None]
+            )
             att = F.scaled_dot_product_attention(q[None], kr[None], vr[None], attn_mask=allowed)
         x = x + self.wo(att[0].transpose(0, 1).reshape(T, -1))
         h = self.norm2(x)
@@ -134,9 +152,20 @@ class Block(nn.Module):
 class TinyTransformer(nn.Module):
     """A decoder-only transformer with random weights; batch of one prompt (1-D token ids)."""
 
-    def __init__(self, layers: int = 4, q_heads: int = 8, kv_heads: int = 2, head_dim: int = 32,
-                 d_model: int | None = None, ffn_dim: int | None = None, vocab: int = 1024,
-                 rope_base: float = 10_000.0, seed: int = 0, dtype=None, device=None):
+    def __init__(
+        self,
+        layers: int = 4,
+        q_heads: int = 8,
+        kv_heads: int = 2,
+        head_dim: int = 32,
+        d_model: int | None = None,
+        ffn_dim: int | None = None,
+        vocab: int = 1024,
+        rope_base: float = 10_000.0,
+        seed: int = 0,
+        dtype=None,
+        device=None,
+    ):
         super().__init__()
         layers = check_int("layers", layers, lo=1)
         q_heads = check_int("q_heads", q_heads, lo=1)
@@ -148,11 +177,20 @@ class TinyTransformer(nn.Module):
         ffn_dim = check_int("ffn_dim", ffn_dim or 4 * d_model, lo=1)
         vocab = check_int("vocab", vocab, lo=2)
         kw = {"dtype": dtype or torch.float32, "device": device or "cpu"}
-        self.shape = {"layers": layers, "q_heads": q_heads, "kv_heads": kv_heads, "head_dim": head_dim,
-                      "d_model": d_model, "ffn_dim": ffn_dim, "vocab": vocab}
+        self.shape = {
+            "layers": layers,
+            "q_heads": q_heads,
+            "kv_heads": kv_heads,
+            "head_dim": head_dim,
+            "d_model": d_model,
+            "ffn_dim": ffn_dim,
+            "vocab": vocab,
+        }
         self.embed = nn.Embedding(vocab, d_model, **kw)
         self.blocks = nn.ModuleList(
-            Block(d_model, q_heads, kv_heads, head_dim, ffn_dim, rope_base, **kw) for _ in range(layers))
+            Block(d_model, q_heads, kv_heads, head_dim, ffn_dim, rope_base, **kw)
+            for _ in range(layers)
+        )
         self.norm = RMSNorm(d_model, **kw)
         self.head = nn.Linear(d_model, vocab, bias=False, **kw)
         g = torch.Generator(device=kw["device"]).manual_seed(seed)
@@ -165,8 +203,16 @@ class TinyTransformer(nn.Module):
     @classmethod
     def from_shape(cls, shape, vocab: int = 1024, ffn_dim: int | None = None, **kw):
         """A model with the layers and heads of a :class:`kvlab.models.ModelShape`."""
-        return cls(layers=shape.layers, q_heads=shape.q_heads, kv_heads=shape.kv_heads,
-                   head_dim=shape.head_dim, d_model=shape.d_model, ffn_dim=ffn_dim, vocab=vocab, **kw)
+        return cls(
+            layers=shape.layers,
+            q_heads=shape.q_heads,
+            kv_heads=shape.kv_heads,
+            head_dim=shape.head_dim,
+            d_model=shape.d_model,
+            ffn_dim=ffn_dim,
+            vocab=vocab,
+            **kw,
+        )
 
     @property
     def device(self):
@@ -190,7 +236,9 @@ class TinyTransformer(nn.Module):
         """
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.device)
         if ids.ndim != 1 or ids.numel() == 0:
-            raise ValueError(f"ids must be a non-empty 1-D sequence of token ids, got shape {tuple(ids.shape)}")
+            raise ValueError(
+                f"ids must be a non-empty 1-D sequence of token ids, got shape {tuple(ids.shape)}"
+            )
         past_len = 0 if past is None else past[0][0].shape[1]
         positions = torch.arange(past_len, past_len + ids.numel(), device=self.device)
         x = self.embed(ids)
@@ -202,13 +250,25 @@ class TinyTransformer(nn.Module):
         return self.head(x[-1]), x, kv
 
 
-def make_model(shape=None, vocab: int = 1024, device: str = "cpu", dtype=None, seed: int = 0,
-               ffn_dim: int | None = None) -> TinyTransformer:
+def make_model(
+    shape=None,
+    vocab: int = 1024,
+    device: str = "cpu",
+    dtype=None,
+    seed: int = 0,
+    ffn_dim: int | None = None,
+) -> TinyTransformer:
     """A :class:`TinyTransformer` of ``shape`` (default :data:`kvlab.models.TINY_LAB`)."""
     from .. import models
 
-    return TinyTransformer.from_shape(shape or models.TINY_LAB, vocab=vocab, ffn_dim=ffn_dim,
-                                      device=device, dtype=dtype, seed=seed)
+    return TinyTransformer.from_shape(
+        shape or models.TINY_LAB,
+        vocab=vocab,
+        ffn_dim=ffn_dim,
+        device=device,
+        dtype=dtype,
+        seed=seed,
+    )
 
 
 # --- the prefix store and the engine -------------------------------------------------------------
@@ -223,8 +283,9 @@ class PrefixKVStore:
 
     def __init__(self, block_size: int = 16, capacity_blocks: int | None = None):
         self.block_size = check_int("block_size", block_size, lo=1)
-        self.capacity_blocks = None if capacity_blocks is None else check_int(
-            "capacity_blocks", capacity_blocks, lo=1)
+        self.capacity_blocks = (
+            None if capacity_blocks is None else check_int("capacity_blocks", capacity_blocks, lo=1)
+        )
         self.blocks: OrderedDict[bytes, list] = OrderedDict()
         self.queries_tokens = 0
         self.hits_tokens = 0
@@ -253,8 +314,13 @@ class PrefixKVStore:
             return None
         per_block = [self.blocks[h] for h in hashes]
         layers = len(per_block[0])
-        return [(torch.cat([b[i][0] for b in per_block], dim=1),
-                 torch.cat([b[i][1] for b in per_block], dim=1)) for i in range(layers)]
+        return [
+            (
+                torch.cat([b[i][0] for b in per_block], dim=1),
+                torch.cat([b[i][1] for b in per_block], dim=1),
+            )
+            for i in range(layers)
+        ]
 
     def insert(self, tokens, kv) -> int:
         """Store the full blocks of ``tokens`` from ``kv`` (KV of all tokens). Returns new blocks."""
@@ -323,11 +389,14 @@ class PrefixReuseEngine:
         seconds = time.perf_counter() - t0
         if self.store is not None:
             self.store.insert(tokens.numpy(), kv)
-        return PrefillResult(first, n, cached, seconds, logits.float().cpu() if keep_logits else None)
+        return PrefillResult(
+            first, n, cached, seconds, logits.float().cpu() if keep_logits else None
+        )
 
 
-def prefix_reuse_check(model: TinyTransformer, tokens, prefix_tokens: int,
-                       rtol: float = 1e-4, atol: float = 1e-4) -> dict:
+def prefix_reuse_check(
+    model: TinyTransformer, tokens, prefix_tokens: int, rtol: float = 1e-4, atol: float = 1e-4
+) -> dict:
     """Prefill ``tokens`` cold, and again reusing the KV of its first ``prefix_tokens`` tokens;
     compare the hidden states of the reused part's continuation and the last logits.
 
@@ -344,7 +413,11 @@ def prefix_reuse_check(model: TinyTransformer, tokens, prefix_tokens: int,
         (cold_logits - warm_logits).abs().max(),
         max((ck - wk).abs().max() for (ck, _), (wk, _) in zip(cold_kv, warm_kv, strict=True)),
     ]
-    match = (torch.allclose(cold_hidden[prefix_tokens:], warm_hidden, rtol=rtol, atol=atol)
-             and torch.allclose(cold_logits, warm_logits, rtol=rtol, atol=atol))
-    return {"match": bool(match), "max_abs_diff": float(max(float(d) for d in diffs)),
-            "same_first_token": int(cold_logits.argmax()) == int(warm_logits.argmax())}
+    match = torch.allclose(
+        cold_hidden[prefix_tokens:], warm_hidden, rtol=rtol, atol=atol
+    ) and torch.allclose(cold_logits, warm_logits, rtol=rtol, atol=atol)
+    return {
+        "match": bool(match),
+        "max_abs_diff": float(max(float(d) for d in diffs)),
+        "same_first_token": int(cold_logits.argmax()) == int(warm_logits.argmax()),
+    }

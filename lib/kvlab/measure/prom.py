@@ -57,7 +57,9 @@ def parse_samples(text: str) -> list[tuple[str, dict, float]]:
     keep their ``_total`` / ``_bucket`` suffixes), else a small built-in parser.
     """
     if not isinstance(text, str):
-        raise ValueError(f"text must be a str of Prometheus exposition format, got {type(text).__name__}")
+        raise ValueError(
+            f"text must be a str of Prometheus exposition format, got {type(text).__name__}"
+        )
     try:
         from prometheus_client.parser import text_string_to_metric_families
     except ImportError:
@@ -153,7 +155,9 @@ def hit_rate_from_deltas(before: PrefixCounters, after: PrefixCounters) -> float
     if dq == 0:
         return None
     if dh > dq:
-        raise ValueError(f"hits grew by {dh:g}, more than queries ({dq:g}): readings are inconsistent")
+        raise ValueError(
+            f"hits grew by {dh:g}, more than queries ({dq:g}): readings are inconsistent"
+        )
     return dh / dq
 
 

@@ -27,11 +27,30 @@ _WORDS = (
     "update user warranty"
 ).split()
 
-_TOPICS = ("a refund", "my invoice", "a late delivery", "the warranty", "my password", "a discount",
-           "my address", "the privacy policy", "an order", "a broken item")
-_ASKS = ("How do I ask about", "What is the rule for", "Who handles", "Can you explain",
-         "What should I know about", "Where can I read about", "How long does it take to sort out",
-         "Is there a fee for", "What happens with", "Why was I charged for")
+_TOPICS = (
+    "a refund",
+    "my invoice",
+    "a late delivery",
+    "the warranty",
+    "my password",
+    "a discount",
+    "my address",
+    "the privacy policy",
+    "an order",
+    "a broken item",
+)
+_ASKS = (
+    "How do I ask about",
+    "What is the rule for",
+    "Who handles",
+    "Can you explain",
+    "What should I know about",
+    "Where can I read about",
+    "How long does it take to sort out",
+    "Is there a fee for",
+    "What happens with",
+    "Why was I charged for",
+)
 
 #: The base time of the deterministic timestamps (the lab uses the real clock on a GPU).
 BASE_TIME = datetime(2026, 1, 1, 9, 0, 0)
@@ -71,8 +90,13 @@ def timestamp_text(i: int, base: datetime = BASE_TIME) -> str:
     return f"Current date and time: {t.isoformat(sep=' ', timespec='milliseconds')}\n"
 
 
-def build_lab1_prompts(requests: int = 100, system_words: int = 1500, timestamp: bool = False,
-                       timestamps: list[str] | None = None, seed: int = 0) -> list[dict]:
+def build_lab1_prompts(
+    requests: int = 100,
+    system_words: int = 1500,
+    timestamp: bool = False,
+    timestamps: list[str] | None = None,
+    seed: int = 0,
+) -> list[dict]:
     """Chat requests for the vLLM lab: ``[{"system": ..., "user": ...}, ...]``.
 
     With ``timestamp`` each system prompt starts with :func:`timestamp_text` (or the given
@@ -82,7 +106,9 @@ def build_lab1_prompts(requests: int = 100, system_words: int = 1500, timestamp:
     system = system_prompt_text(system_words, seed)
     qs = questions(requests)
     if timestamps is not None and len(timestamps) != requests:
-        raise ValueError(f"timestamps must hold one entry per request ({requests}), got {len(timestamps)}")
+        raise ValueError(
+            f"timestamps must hold one entry per request ({requests}), got {len(timestamps)}"
+        )
     out = []
     for i, q in enumerate(qs):
         s = system
@@ -92,9 +118,14 @@ def build_lab1_prompts(requests: int = 100, system_words: int = 1500, timestamp:
     return out
 
 
-def build_lab1_token_prompts(requests: int = 16, system_tokens: int = 2000, vocab: int = 1024,
-                             question_tokens: tuple[int, int] = (8, 24), timestamp: bool = False,
-                             seed: int = 0) -> list[np.ndarray]:
+def build_lab1_token_prompts(
+    requests: int = 16,
+    system_tokens: int = 2000,
+    vocab: int = 1024,
+    question_tokens: tuple[int, int] = (8, 24),
+    timestamp: bool = False,
+    seed: int = 0,
+) -> list[np.ndarray]:
     """The same experiment as token ids, for the CPU model (no tokenizer needed).
 
     The system prompt is ``system_tokens`` seeded random ids; each question 8 to 24 ids; with
@@ -112,7 +143,9 @@ def build_lab1_token_prompts(requests: int = 16, system_tokens: int = 2000, voca
         q = rng.integers(128, vocab, size=int(rng.integers(lo, hi + 1)))
         parts = [system, q]
         if timestamp:
-            stamp = np.frombuffer(timestamp_text(i).encode("ascii"), dtype=np.uint8).astype(np.int64)
+            stamp = np.frombuffer(timestamp_text(i).encode("ascii"), dtype=np.uint8).astype(
+                np.int64
+            )
             parts.insert(0, stamp)
         out.append(np.concatenate(parts).astype(np.int64))
     return out
@@ -127,7 +160,7 @@ def block_hashes(tokens, block_size: int = 16, extra: bytes = b"") -> list[bytes
     out = []
     for start in range(0, len(arr) - block_size + 1, block_size):
         h = hashlib.blake2b(parent, digest_size=16)
-        h.update(arr[start:start + block_size].tobytes())
+        h.update(arr[start : start + block_size].tobytes())
         h.update(extra)
         parent = h.digest()
         out.append(parent)

@@ -30,8 +30,9 @@ def result_path(lab: str, gpu_name: str, date: str, directory: Path | None = Non
     return Path(directory or RESULTS_DIR) / f"{lab}-{slug(gpu_name)}-{date}.json"
 
 
-def save_results(lab: str, payload: dict, gpu_name: str, date: str,
-                 directory: Path | None = None) -> Path:
+def save_results(
+    lab: str, payload: dict, gpu_name: str, date: str, directory: Path | None = None
+) -> Path:
     """Write ``payload`` (JSON-serialisable) to ``results/<lab>-<gpu>-<date>.json``."""
     path = result_path(lab, gpu_name, date, directory)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -121,8 +121,13 @@ def _spawned(rank: int, backend: str, port: int, sizes, repeats, warmup, seed, t
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         import torch.distributed as dist
 
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=2, timeout=timedelta(seconds=timeout_s))
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=2,
+            timeout=timedelta(seconds=timeout_s),
+        )
         try:
             rows = _run_rank(rank, backend, sizes, repeats, warmup, seed)
         finally:
@@ -142,8 +147,14 @@ def default_backend() -> str:
     return "gloo"
 
 
-def send_recv(sizes_bytes, backend: str | None = None, repeats: int = 3, warmup: int = 1,
-              timeout_s: float = 60.0, seed: int = 0) -> list[SendRecvResult]:
+def send_recv(
+    sizes_bytes,
+    backend: str | None = None,
+    repeats: int = 3,
+    warmup: int = 1,
+    timeout_s: float = 60.0,
+    seed: int = 0,
+) -> list[SendRecvResult]:
     """Spawn two processes and send each size in ``sizes_bytes`` from rank 0 to rank 1.
 
     ``backend`` is 'gloo' (CPU tensors, works everywhere) or 'nccl' (needs two GPUs); default
@@ -167,8 +178,14 @@ def send_recv(sizes_bytes, backend: str | None = None, repeats: int = 3, warmup:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_spawned, args=(r, backend, port, sizes, repeats, warmup, seed,
-                                                 timeout_s, queue), daemon=True) for r in range(2)]
+    procs = [
+        ctx.Process(
+            target=_spawned,
+            args=(r, backend, port, sizes, repeats, warmup, seed, timeout_s, queue),
+            daemon=True,
+        )
+        for r in range(2)
+    ]
     for p in procs:
         p.start()
     deadline = time.monotonic() + timeout_s
@@ -199,10 +216,16 @@ def send_recv(sizes_bytes, backend: str | None = None, repeats: int = 3, warmup:
         raise RuntimeError("send/recv failed: " + "; ".join(errors))
     results = []
     for sent, received in zip(got[0], got[1], strict=True):
-        results.append(SendRecvResult(backend=backend, n_bytes=sent["n_bytes"],
-                                      seconds=statistics.median(sent["times_s"]),
-                                      times_s=sent["times_s"], sent_checksum=sent["checksum"],
-                                      received_checksum=received["checksum"]))
+        results.append(
+            SendRecvResult(
+                backend=backend,
+                n_bytes=sent["n_bytes"],
+                seconds=statistics.median(sent["times_s"]),
+                times_s=sent["times_s"],
+                sent_checksum=sent["checksum"],
+                received_checksum=received["checksum"],
+            )
+        )
     return results
 
 
@@ -214,8 +237,9 @@ def main(argv=None) -> int:
     import torch.distributed as dist
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=float, nargs="+", default=[1, 16, 64, 256],
-                        help="sizes to send, decimal MB")
+    parser.add_argument(
+        "--mb", type=float, nargs="+", default=[1, 16, 64, 256], help="sizes to send, decimal MB"
+    )
     parser.add_argument("--backend", choices=["gloo", "nccl"], default=None)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
@@ -231,8 +255,10 @@ def main(argv=None) -> int:
         for r, theirs in zip(rows, gathered[1], strict=True):
             s = statistics.median(r["times_s"])
             ok = "ok" if r["checksum"] == theirs else "MISMATCH"
-            print(f"{backend} {r['n_bytes'] / 1e6:10.1f} MB  {s * 1e3:9.3f} ms  "
-                  f"{r['n_bytes'] / s / 1e9:7.2f} GB/s  checksum {ok}")
+            print(
+                f"{backend} {r['n_bytes'] / 1e6:10.1f} MB  {s * 1e3:9.3f} ms  "
+                f"{r['n_bytes'] / s / 1e9:7.2f} GB/s  checksum {ok}"
+            )
     dist.destroy_process_group()
     return 0
 

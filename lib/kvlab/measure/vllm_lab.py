@@ -39,22 +39,46 @@ def pick_dtype(torch=None) -> str:
     return "bfloat16" if major >= 8 else "half"
 
 
-def engine_kwargs(model: str = DEFAULT_MODEL, dtype: str | None = None, max_model_len: int = 4096,
-                  gpu_memory_utilization: float = 0.6, enforce_eager: bool = True, seed: int = 0) -> dict:
+def engine_kwargs(
+    model: str = DEFAULT_MODEL,
+    dtype: str | None = None,
+    max_model_len: int = 4096,
+    gpu_memory_utilization: float = 0.6,
+    enforce_eager: bool = True,
+    seed: int = 0,
+) -> dict:
     """Keyword arguments for ``vllm.LLM``: prefix caching on, stats on (for ``get_metrics``),
     fp16 on a T4, a short context and eager mode (no CUDA-graph capture) so start-up is quick."""
-    return {"model": model, "enable_prefix_caching": True, "disable_log_stats": False,
-            "dtype": dtype or pick_dtype(), "max_model_len": max_model_len,
-            "gpu_memory_utilization": gpu_memory_utilization, "enforce_eager": enforce_eager,
-            "seed": seed}
+    return {
+        "model": model,
+        "enable_prefix_caching": True,
+        "disable_log_stats": False,
+        "dtype": dtype or pick_dtype(),
+        "max_model_len": max_model_len,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "enforce_eager": enforce_eager,
+        "seed": seed,
+    }
 
 
-def server_command(model: str = DEFAULT_MODEL, port: int = 8000, dtype: str = "half",
-                   max_model_len: int = 4096) -> list[str]:
+def server_command(
+    model: str = DEFAULT_MODEL, port: int = 8000, dtype: str = "half", max_model_len: int = 4096
+) -> list[str]:
     """The command that starts the OpenAI-compatible server for :func:`run_server`."""
-    return ["vllm", "serve", model, "--port", str(port), "--enable-prefix-caching",
-            "--enable-prompt-tokens-details", "--dtype", dtype, "--max-model-len", str(max_model_len),
-            "--enforce-eager"]
+    return [
+        "vllm",
+        "serve",
+        model,
+        "--port",
+        str(port),
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        str(max_model_len),
+        "--enforce-eager",
+    ]
 
 
 def trimmed_system_prompt(tokenizer, system_tokens: int = 2000, seed: int = 0) -> str:
@@ -104,13 +128,15 @@ def _summary(ttft, cached, ids, before, after, block_size) -> dict:
         "measured_hit_rate_from_requests": measured,
         "counters_before": None if before is None else vars(before),
         "counters_after": None if after is None else vars(after),
-        "hit_rate_from_counters": (None if before is None or after is None
-                                   else prom.hit_rate_from_deltas(before, after)),
+        "hit_rate_from_counters": (
+            None if before is None or after is None else prom.hit_rate_from_deltas(before, after)
+        ),
     }
 
 
-def run_offline(model: str = DEFAULT_MODEL, requests: int = 100, system_tokens: int = 2000,
-                llm=None, **kwargs) -> dict:
+def run_offline(
+    model: str = DEFAULT_MODEL, requests: int = 100, system_tokens: int = 2000, llm=None, **kwargs
+) -> dict:
     """Run both Lab 1 experiments through the offline API. Returns a JSON-ready dict.
 
     ``llm`` reuses an existing ``vllm.LLM``; otherwise one is created with :func:`engine_kwargs`
@@ -150,8 +176,14 @@ def run_offline(model: str = DEFAULT_MODEL, requests: int = 100, system_tokens: 
         runs[name] = _summary(ttft, cached, ids_all, before, after, BLOCK_SIZE)
         if hasattr(llm, "reset_prefix_cache"):
             llm.reset_prefix_cache()
-    return {"mode": "offline", "model": model, "vllm": vllm.__version__, "system_tokens": system_tokens,
-            "block_size": BLOCK_SIZE, "runs": runs}
+    return {
+        "mode": "offline",
+        "model": model,
+        "vllm": vllm.__version__,
+        "system_tokens": system_tokens,
+        "block_size": BLOCK_SIZE,
+        "runs": runs,
+    }
 
 
 def fetch_metrics(base_url: str = "http://127.0.0.1:8000", timeout_s: float = 10) -> str:
@@ -162,10 +194,21 @@ def fetch_metrics(base_url: str = "http://127.0.0.1:8000", timeout_s: float = 10
 
 def stream_ttft(base_url: str, model: str, prompt_ids: list[int], timeout_s: float = 120):
     """(TTFT seconds, cached tokens or None) of one streamed completion of ``prompt_ids``."""
-    body = json.dumps({"model": model, "prompt": prompt_ids, "max_tokens": 1, "temperature": 0,
-                       "stream": True, "stream_options": {"include_usage": True}}).encode()
-    req = urllib.request.Request(base_url.rstrip("/") + "/v1/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {
+            "model": model,
+            "prompt": prompt_ids,
+            "max_tokens": 1,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
+    req = urllib.request.Request(
+        base_url.rstrip("/") + "/v1/completions",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
     t0 = time.perf_counter()
     ttft, cached = None, None
     with urllib.request.urlopen(req, timeout=timeout_s) as r:
@@ -183,8 +226,12 @@ def stream_ttft(base_url: str, model: str, prompt_ids: list[int], timeout_s: flo
     return ttft, cached
 
 
-def run_server(base_url: str = "http://127.0.0.1:8000", model: str = DEFAULT_MODEL,
-               requests: int = 100, system_tokens: int = 2000) -> dict:
+def run_server(
+    base_url: str = "http://127.0.0.1:8000",
+    model: str = DEFAULT_MODEL,
+    requests: int = 100,
+    system_tokens: int = 2000,
+) -> dict:
     """Both experiments against a running server (start it with :func:`server_command`;
     restart it between experiments for an empty cache, or accept the first run's blocks)."""
     from transformers import AutoTokenizer
@@ -205,5 +252,11 @@ def run_server(base_url: str = "http://127.0.0.1:8000", model: str = DEFAULT_MOD
             ids_all.append(ids)
         after = prom.prefix_cache_counters(fetch_metrics(base_url))
         runs[name] = _summary(ttft, cached, ids_all, before, after, BLOCK_SIZE)
-    return {"mode": "server", "model": model, "base_url": base_url, "system_tokens": system_tokens,
-            "block_size": BLOCK_SIZE, "runs": runs}
+    return {
+        "mode": "server",
+        "model": model,
+        "base_url": base_url,
+        "system_tokens": system_tokens,
+        "block_size": BLOCK_SIZE,
+        "runs": runs,
+    }

@@ -23,8 +23,15 @@ POLICY_LABELS = {
     "cache_aware": "Cache-aware",
 }
 #: Colours for other recurring series.
-COLORS = {"model": "#2c3e50", "measured": "#c0392b", "prefill": "#8e44ad", "decode": "#16a085",
-          "transfer": "#d35400", "colocated": "#7f8c8d", "disaggregated": "#2980b9"}
+COLORS = {
+    "model": "#2c3e50",
+    "measured": "#c0392b",
+    "prefill": "#8e44ad",
+    "decode": "#16a085",
+    "transfer": "#d35400",
+    "colocated": "#7f8c8d",
+    "disaggregated": "#2980b9",
+}
 
 
 def use_style() -> None:

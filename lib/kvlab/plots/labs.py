@@ -8,9 +8,17 @@ import matplotlib.pyplot as plt
 from ..units import fmt_pct
 from . import COLORS
 
-KIND_COLORS = {"host": "#2c3e50", "h2d_pinned": "#1f77b4", "h2d_pageable": "#7fb3d5",
-               "d2h_pinned": "#d35400", "d2h_pageable": "#f0b27a", "d2d": "#8e44ad",
-               "p2p": "#16a085", "gloo": "#c0392b", "nccl": "#27ae60"}
+KIND_COLORS = {
+    "host": "#2c3e50",
+    "h2d_pinned": "#1f77b4",
+    "h2d_pageable": "#7fb3d5",
+    "d2h_pinned": "#d35400",
+    "d2h_pageable": "#f0b27a",
+    "d2d": "#8e44ad",
+    "p2p": "#16a085",
+    "gloo": "#c0392b",
+    "nccl": "#27ae60",
+}
 
 
 def copy_times(results, model_lines=None, title=None, ax=None):
@@ -26,8 +34,13 @@ def copy_times(results, model_lines=None, title=None, ax=None):
     rows = [r if isinstance(r, dict) else r.as_dict() for r in results]
     for kind in dict.fromkeys(r["kind"] for r in rows):
         pts = sorted((r["tokens"], r["seconds"]) for r in rows if r["kind"] == kind)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=KIND_COLORS.get(kind),
-                label=f"measured: {KIND_LABELS.get(kind, kind)}")
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            "o-",
+            color=KIND_COLORS.get(kind),
+            label=f"measured: {KIND_LABELS.get(kind, kind)}",
+        )
     for i, (label, (xs, ys)) in enumerate((model_lines or {}).items()):
         ax.plot(xs, ys, "--", color=COLORS["model"], alpha=1.0 - 0.25 * i, label=label)
     ax.set_xscale("log", base=2)
@@ -56,8 +69,9 @@ def ttft_per_request(runs: dict, title=None, ax=None):
     return ax
 
 
-def transfer_share(tokens, prefill_s, transfers: dict, prefill_model=None, threshold: float = 0.1,
-                   title=None):
+def transfer_share(
+    tokens, prefill_s, transfers: dict, prefill_model=None, threshold: float = 0.1, title=None
+):
     """Left: prefill time and transfer times against prompt length. Right: transfer time as a
     share of prefill, with the ``threshold`` line. ``transfers``: ``{label: seconds list}``."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(9.0, 3.6))
@@ -66,7 +80,9 @@ def transfer_share(tokens, prefill_s, transfers: dict, prefill_model=None, thres
         a.plot(tokens, prefill_model, "--", color=COLORS["model"], label="prefill (cost model)")
     for label, secs in transfers.items():
         a.plot(tokens, secs, "s-", ms=4, label=label)
-        b.plot(tokens, [s / p for s, p in zip(secs, prefill_s, strict=True)], "s-", ms=4, label=label)
+        b.plot(
+            tokens, [s / p for s, p in zip(secs, prefill_s, strict=True)], "s-", ms=4, label=label
+        )
     for ax in (a, b):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("prompt length (tokens)")

@@ -12,10 +12,18 @@ import numpy as np
 
 from . import COLORS
 
-LINK_COLORS = {"nvlink": "#27ae60", "pcie": "#8e44ad", "nic_per_gpu": "#2980b9",
-               "one_nic": "#d35400"}
-LINK_LABELS = {"nvlink": "NVLink (450 GB/s per GPU)", "pcie": "PCIe Gen5 (64 GB/s per GPU)",
-               "nic_per_gpu": "one 50 GB/s NIC per GPU", "one_nic": "one 50 GB/s NIC for all"}
+LINK_COLORS = {
+    "nvlink": "#27ae60",
+    "pcie": "#8e44ad",
+    "nic_per_gpu": "#2980b9",
+    "one_nic": "#d35400",
+}
+LINK_LABELS = {
+    "nvlink": "NVLink (450 GB/s per GPU)",
+    "pcie": "PCIe Gen5 (64 GB/s per GPU)",
+    "nic_per_gpu": "one 50 GB/s NIC per GPU",
+    "one_nic": "one 50 GB/s NIC for all",
+}
 
 
 def _axes(ax, figsize=None):
@@ -36,13 +44,24 @@ def roofline(gpu, points: dict[str, tuple[float, str]], ax=None):
     ax.plot(x, y, color=COLORS["model"], lw=2, label=f"{gpu.name} roofline")
     ridge = gpu.ridge_flops_per_byte
     ax.axvline(ridge, color="#999999", ls=":", lw=1)
-    ax.text(ridge * 1.15, gpu.dense_fp16_flops / 1e12 / 40, f"ridge\n{ridge:.0f} FLOP/byte",
-            color="#555555", fontsize=9)
+    ax.text(
+        ridge * 1.15,
+        gpu.dense_fp16_flops / 1e12 / 40,
+        f"ridge\n{ridge:.0f} FLOP/byte",
+        color="#555555",
+        fontsize=9,
+    )
     for label, (intensity, color) in points.items():
         attained = min(gpu.dense_fp16_flops, intensity * gpu.hbm_bytes_per_s) / 1e12
         ax.plot([intensity], [attained], "o", color=COLORS.get(color, color), ms=7)
-        ax.annotate(label, (intensity, attained), textcoords="offset points", xytext=(6, -12),
-                    fontsize=9, color=COLORS.get(color, color))
+        ax.annotate(
+            label,
+            (intensity, attained),
+            textcoords="offset points",
+            xytext=(6, -12),
+            fontsize=9,
+            color=COLORS.get(color, color),
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte from HBM)")
@@ -51,8 +70,9 @@ def roofline(gpu, points: dict[str, tuple[float, str]], ax=None):
     return fig
 
 
-def transfer_vs_prefill(tokens, transfers: dict[str, np.ndarray], prefill: dict[str, np.ndarray],
-                        ax=None):
+def transfer_vs_prefill(
+    tokens, transfers: dict[str, np.ndarray], prefill: dict[str, np.ndarray], ax=None
+):
     """Transfer time per link and prefill time, against prompt length (log-log)."""
     fig, ax = _axes(ax)
     for link, seconds in transfers.items():
@@ -74,12 +94,22 @@ def overlap_timeline(layers: int, prefill_s: float, transfer_s: float, ax=None, 
     c, x = prefill_s / layers, transfer_s / layers
     link_free = 0.0
     for i in range(1, layers + 1):
-        ax.broken_barh([((i - 1) * c * 1e3, c * 1e3)], (1.1, 0.8), color=COLORS["prefill"],
-                       edgecolor="white", lw=0.3)
+        ax.broken_barh(
+            [((i - 1) * c * 1e3, c * 1e3)],
+            (1.1, 0.8),
+            color=COLORS["prefill"],
+            edgecolor="white",
+            lw=0.3,
+        )
         start = max(i * c, link_free)
         link_free = start + x
-        ax.broken_barh([(start * 1e3, x * 1e3)], (0.1, 0.8), color=COLORS["transfer"],
-                       edgecolor="white", lw=0.3)
+        ax.broken_barh(
+            [(start * 1e3, x * 1e3)],
+            (0.1, 0.8),
+            color=COLORS["transfer"],
+            edgecolor="white",
+            lw=0.3,
+        )
     ax.axvline(prefill_s * 1e3, color="#333333", ls=":", lw=1)
     ax.set_yticks([0.5, 1.5], ["send KV", "compute"])
     ax.set_xlabel("ms since prefill started")

@@ -25,13 +25,23 @@ def demo_panels(results: dict, chosen: str, fig=None):
     ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.4]})
     names = list(results)
     rates = [results[p].hit_rate for p in names]
-    bars = ax1.bar([POLICY_LABELS[p] for p in names], rates,
-                   color=[POLICY_COLORS[p] for p in names],
-                   edgecolor=["black" if p == chosen else "none" for p in names], linewidth=2)
+    bars = ax1.bar(
+        [POLICY_LABELS[p] for p in names],
+        rates,
+        color=[POLICY_COLORS[p] for p in names],
+        edgecolor=["black" if p == chosen else "none" for p in names],
+        linewidth=2,
+    )
     for b, p, v in zip(bars, names, rates, strict=True):
         b.set_alpha(1.0 if p == chosen else 0.35)
-        ax1.text(b.get_x() + b.get_width() / 2, v + 0.02, f"{v * 100:.0f} %", ha="center",
-                 fontsize=9, fontweight="bold" if p == chosen else "normal")
+        ax1.text(
+            b.get_x() + b.get_width() / 2,
+            v + 0.02,
+            f"{v * 100:.0f} %",
+            ha="center",
+            fontsize=9,
+            fontweight="bold" if p == chosen else "normal",
+        )
     _pct_axis(ax1)
     ax1.set_ylabel("token hit rate")
     ax1.tick_params(axis="x", labelrotation=20)
@@ -41,9 +51,16 @@ def demo_panels(results: dict, chosen: str, fig=None):
     ax2.bar(x, pre / 1e6, color=POLICY_COLORS[chosen])
     mean = pre.mean() / 1e6
     ax2.axhline(mean, color="black", linestyle="--", linewidth=1.2, label="mean")
-    ax2.text(0.98, 0.95, f"imbalance (max / mean) {r.imbalance:.2f}x", transform=ax2.transAxes,
-             ha="right", va="top", fontsize=10,
-             bbox=dict(boxstyle="round", facecolor="white", edgecolor="#999999"))
+    ax2.text(
+        0.98,
+        0.95,
+        f"imbalance (max / mean) {r.imbalance:.2f}x",
+        transform=ax2.transAxes,
+        ha="right",
+        va="top",
+        fontsize=10,
+        bbox=dict(boxstyle="round", facecolor="white", edgecolor="#999999"),
+    )
     ax2.set_xlabel("replica")
     ax2.set_ylabel("prefill tokens (millions)")
     ax2.set_xticks(x if len(x) <= 16 else x[::4])
@@ -65,8 +82,13 @@ def scenarios(by_scenario: dict):
         vals = [by_scenario[s][p].hit_rate for s in labels]
         ax.bar(xs, vals, width, color=POLICY_COLORS[p], label=POLICY_LABELS[p])
         for xx, s, v in zip(xs, labels, vals, strict=True):
-            ax.text(xx, v + 0.015, f"{v * 100:.0f}%\n{by_scenario[s][p].imbalance:.2f}x",
-                    ha="center", fontsize=7)
+            ax.text(
+                xx,
+                v + 0.015,
+                f"{v * 100:.0f}%\n{by_scenario[s][p].imbalance:.2f}x",
+                ha="center",
+                fontsize=7,
+            )
     ax.set_xticks(np.arange(len(labels)), labels)
     _pct_axis(ax)
     ax.set_ylim(0, 1.18)
@@ -75,13 +97,20 @@ def scenarios(by_scenario: dict):
     return fig
 
 
-def hit_rate_vs_cache(cache_tokens, sweep: dict, default: float | None = 400_000,
-                      title: str | None = None):
+def hit_rate_vs_cache(
+    cache_tokens, sweep: dict, default: float | None = 400_000, title: str | None = None
+):
     """Hit rate per policy against cache tokens per replica (log axis), default marked."""
     fig, ax = plt.subplots()
     for p, res in sweep.items():
-        ax.plot(cache_tokens, [r.hit_rate for r in res], marker="o", ms=3,
-                color=POLICY_COLORS[p], label=POLICY_LABELS[p])
+        ax.plot(
+            cache_tokens,
+            [r.hit_rate for r in res],
+            marker="o",
+            ms=3,
+            color=POLICY_COLORS[p],
+            label=POLICY_LABELS[p],
+        )
     if default is not None:
         ax.axvline(default, color="#888888", linestyle=":", linewidth=1)
         ax.text(default, 0.02, " default", color="#555555", fontsize=8)
@@ -100,8 +129,14 @@ def imbalance_vs_skew(skews, sweep: dict, default: float | None = 1.0):
     """Load imbalance (max / mean prefill) per policy against Zipf skew, default marked."""
     fig, ax = plt.subplots()
     for p, res in sweep.items():
-        ax.plot(skews, [r.imbalance for r in res], marker="o", ms=3, color=POLICY_COLORS[p],
-                label=POLICY_LABELS[p])
+        ax.plot(
+            skews,
+            [r.imbalance for r in res],
+            marker="o",
+            ms=3,
+            color=POLICY_COLORS[p],
+            label=POLICY_LABELS[p],
+        )
     if default is not None:
         ax.axvline(default, color="#888888", linestyle=":", linewidth=1)
         ax.text(default, 1.0, " default", color="#555555", fontsize=8)
