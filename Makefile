@@ -49,7 +49,7 @@ colab-check:
 	$(PYTHON) tools/colab_check.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check lib tools tests
+	$(BIN)/ruff check lib tools tests notebooks solutions
 	$(BIN)/ruff format --check lib tools tests
 
 clean:

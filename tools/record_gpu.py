@@ -108,6 +108,7 @@ def prefill_sweep(model, tokens_list, repeats):
 
 def prefix_reuse(model, shape_name, repeats):
     import torch
+
     from kvlab.measure import prompts
     from kvlab.measure.model import PrefixKVStore, PrefixReuseEngine, predicted_saving_s
 
@@ -159,6 +160,7 @@ def main(argv=None) -> int:
         print("No CUDA GPU here: nothing to record (the notebooks' CPU path runs anywhere).")
         return 1
     import torch
+
     from kvlab.measure.model import make_model
 
     repeats = 2 if args.quick else 5
