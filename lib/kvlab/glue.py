@@ -26,8 +26,9 @@ def has_myst_nb() -> bool:
     return True
 
 
-def glue(name: str, value, display: bool = False):
-    """Glue ``value`` under ``name`` for the book's pages; returns ``value``."""
+def glue(name: str, value, display: bool = False) -> None:
+    """Glue ``value`` under ``name`` for the book's pages (returns nothing, so a glue call ending
+    a cell prints nothing)."""
     try:
         from myst_nb import glue as _glue
     except ImportError:
@@ -35,6 +36,5 @@ def glue(name: str, value, display: bool = False):
             from IPython.display import display as _display
 
             _display(value)
-        return value
+        return
     _glue(name, value, display=display)
-    return value
