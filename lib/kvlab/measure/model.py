@@ -286,14 +286,14 @@ class PrefixKVStore:
         self.capacity_blocks = (
             None if capacity_blocks is None else check_int("capacity_blocks", capacity_blocks, lo=1)
         )
-        self.blocks: OrderedDict[bytes, list] = OrderedDict()
+        self.blocks: OrderedDict[str, list] = OrderedDict()
         self.queries_tokens = 0
         self.hits_tokens = 0
 
     def __len__(self) -> int:
         return len(self.blocks)
 
-    def lookup(self, tokens) -> list[bytes]:
+    def lookup(self, tokens) -> list[str]:
         """Hashes of the leading cached blocks of ``tokens`` (at least one token left to compute);
         counts the query and the hit."""
         n = len(tokens)

@@ -13,12 +13,12 @@ cached, and at least one prompt token is always computed (so the hit is capped a
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime, timedelta
 
 import numpy as np
 
 from .._validate import check_int
+from ..cache import block_keys
 
 _WORDS = (
     "account answer assistant billing cancel clear concise customer data delivery detail escalate "
@@ -151,26 +151,17 @@ def build_lab1_token_prompts(
     return out
 
 
-def block_hashes(tokens, block_size: int = 16, extra: bytes = b"") -> list[bytes]:
-    """Chained hashes of the full blocks of ``tokens``: block i's key is
-    blake2b(key of block i-1, its tokens, ``extra``). A trailing partial block has no hash."""
+def block_hashes(tokens, block_size: int = 16) -> list[str]:
+    """Chained keys of the full blocks of ``tokens`` (vLLM's scheme, from :func:`kvlab.cache.block_keys`):
+    block i's key hashes the key of block i-1 and its own tokens. A trailing partial block has no key."""
     block_size = check_int("block_size", block_size, lo=1)
-    arr = np.asarray(tokens, dtype=np.int64)
-    parent = b"root"
-    out = []
-    for start in range(0, len(arr) - block_size + 1, block_size):
-        h = hashlib.blake2b(parent, digest_size=16)
-        h.update(arr[start : start + block_size].tobytes())
-        h.update(extra)
-        parent = h.digest()
-        out.append(parent)
-    return out
+    return block_keys(np.asarray(tokens, dtype=np.int64), block_size)
 
 
 def predicted_cached_tokens(token_lists, block_size: int = 16) -> list[int]:
     """Cached tokens each request should get, in order, with every earlier prompt in the cache."""
     block_size = check_int("block_size", block_size, lo=1)
-    seen: set[bytes] = set()
+    seen: set[str] = set()
     out = []
     for tokens in token_lists:
         n = len(tokens)
