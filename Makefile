@@ -23,7 +23,7 @@ book: $(STAMP)
 test: test-lib test-notebooks test-build test-site
 
 test-lib: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider lib/tests tests/test_repo.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider lib/tests tests/test_repo.py tests/test_checks_can_fail.py
 
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks solutions
