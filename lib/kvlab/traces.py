@@ -65,6 +65,27 @@ class Trace:
         """The routing key of each request (see the module docstring)."""
         return self.conversation
 
+    @property
+    def duration_s(self) -> float:
+        """Seconds from the first arrival to the last."""
+        return float(self.arrival_s.max() - self.arrival_s.min()) if len(self) else 0.0
+
+    def leading_block_reuse(self) -> float:
+        """Share of all blocks that are a leading match of an earlier request: walking each
+        request's block ids in order, a block counts while its id was seen before (equal ids mean
+        equal content and prefix). The trace's own reuse figure, before any token-level rule."""
+        seen: set[int] = set()
+        matched = total = 0
+        for ids in self.hash_ids:
+            run = ids.tolist()
+            k = 0
+            while k < len(run) and run[k] in seen:
+                k += 1
+            matched += k
+            total += len(run)
+            seen.update(run)
+        return matched / total if total else 0.0
+
     def tokens(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of request ``i``: (prompt_ids, output_ids), 1-D int64 arrays."""
         i = check_int("i", i, lo=0, hi=len(self) - 1)

@@ -106,3 +106,15 @@ def test_good_file_and_bad_arguments(tmp_path):
         traces.load_mooncake(tmp_path / "missing.jsonl")
     with pytest.raises(ValueError, match="block_size"):
         t.paths(24)
+
+
+def test_leading_block_reuse_matches_the_trace_readme():
+    from kvlab import traces
+
+    t = traces.load_mooncake()
+    # data/mooncake/README.md: leading-id matches against everything seen before give ~36.6 %
+    assert abs(t.leading_block_reuse() - 0.366) < 0.001
+    small = traces.Trace([0, 1, 2], [1024, 1024, 1024], [1, 1, 1], [[1, 2], [1, 3], [4, 2]])
+    # request 2 shares block 1 (ids 1 then 3 differ from 2); request 3 starts with a new id
+    assert small.leading_block_reuse() == 1 / 6
+    assert small.duration_s == 2.0
