@@ -237,7 +237,35 @@ class _Block:
     ref_count: int = 0
 
 
-class BlockHashCache:
+class _OneCall:
+    """What both caches share: serving a request in one call, and draining recorded events.
+    Subclasses define ``start(request)``, ``finish(request, cache_output=...)`` and ``events``."""
+
+    events: list
+
+    def serve(
+        self,
+        prompt_ids,
+        output_ids=(),
+        *,
+        adapter=None,
+        mm_inputs=(),
+        cache_salt=None,
+        cache_output: bool = True,
+    ) -> int:
+        """Start and finish one request at once; return its hit in tokens."""
+        req = Request(prompt_ids, output_ids, adapter, tuple(mm_inputs), cache_salt)
+        hit = self.start(req)
+        self.finish(req, cache_output=cache_output)
+        return hit
+
+    def clear_events(self) -> list[CacheEvent]:
+        """Return the recorded events and forget them."""
+        ev, self.events = self.events, []
+        return ev
+
+
+class BlockHashCache(_OneCall):
     """A vLLM-style prefix cache of ``capacity_blocks`` full blocks of ``block_size`` tokens.
 
     Two ways to use it:
@@ -468,27 +496,6 @@ class BlockHashCache:
                 self._free[key] = None  # back of the queue; deepest block first
         del self._running[rid]
 
-    def serve(
-        self,
-        prompt_ids,
-        output_ids=(),
-        *,
-        adapter=None,
-        mm_inputs=(),
-        cache_salt=None,
-        cache_output: bool = True,
-    ) -> int:
-        """Start and finish one request at once; return its hit in tokens."""
-        req = Request(prompt_ids, output_ids, adapter, tuple(mm_inputs), cache_salt)
-        hit = self.start(req)
-        self.finish(req, cache_output=cache_output)
-        return hit
-
-    def clear_events(self) -> list[CacheEvent]:
-        """Return the recorded events and forget them."""
-        ev, self.events = self.events, []
-        return ev
-
 
 # ---------------------------------------------------------------------------------------------
 # SGLang-style radix tree
@@ -518,7 +525,7 @@ def _pad_token(digest: str) -> int:
     return -1 - int.from_bytes(h, "little")
 
 
-class RadixTree:
+class RadixTree(_OneCall):
     """An SGLang-style radix tree over token ids with ``capacity_tokens`` of KV.
 
     ``page_size=1`` (SGLang's default) matches any number of tokens and evicts whole leaf edges,
@@ -856,26 +863,6 @@ class RadixTree:
         self._lock(node, -1)
         self._lock(start_node, -1)
         del self._running[rid]
-
-    def serve(
-        self,
-        prompt_ids,
-        output_ids=(),
-        *,
-        adapter=None,
-        mm_inputs=(),
-        cache_salt=None,
-        cache_output: bool = True,
-    ) -> int:
-        """Start and finish one request at once; return its hit in tokens."""
-        req = Request(prompt_ids, output_ids, adapter, tuple(mm_inputs), cache_salt)
-        hit = self.start(req)
-        self.finish(req, cache_output=cache_output)
-        return hit
-
-    def clear_events(self) -> list[CacheEvent]:
-        ev, self.events = self.events, []
-        return ev
 
     # -- display ------------------------------------------------------------------------------
 
