@@ -92,6 +92,24 @@ def _evict(od: OrderedDict, used: int, cap: int) -> int:
     return used
 
 
+def _touch(od: OrderedDict, ks, ns, used: int, cap: int) -> int:
+    """Store a served request's entries (``ks`` keys, ``ns`` cached blocks each) as most recently
+    used, deepest first so the deepest is evicted first; an entry only grows. Evict down to ``cap``
+    and return the blocks in use. (``_run_chat`` inlines the same steps for speed.)"""
+    for j in range(len(ks) - 1, -1, -1):
+        key, nb = ks[j], ns[j]
+        old = od.get(key)
+        if old is None:
+            used += nb
+            od[key] = nb
+        else:
+            if nb > old:
+                used += nb - old
+                od[key] = nb
+            od.move_to_end(key)
+    return _evict(od, used, cap) if used > cap else used
+
+
 def _choose_cache_aware(m, loads, R, eps, lam):
     """Inline twin of routing.CacheAwareRouter.choose (m: matched tokens, loads: ints)."""
     thr = (1.0 + eps) * (sum(loads) / R)
@@ -264,20 +282,7 @@ def _run_general(w, paths, choices, R, cap, eps, lam, stale, router):
         hit = x * bs
         hits[i] = hit
         loads[r] += prompt_l[i] - hit
-        u = used[r]
-        for j in range(len(ks) - 1, -1, -1):  # deepest first: evicted first
-            key, nb = ks[j], ns[j]
-            old = od.get(key)
-            if old is None:
-                u += nb
-                od[key] = nb
-            else:
-                u += nb - old
-                od[key] = nb
-                od.move_to_end(key)
-        if u > cap:
-            u = _evict(od, u, cap)
-        used[r] = u
+        used[r] = _touch(od, ks, ns, used[r], cap)
     return np.asarray(reps, dtype=np.int64), np.asarray(hits, dtype=np.int64)
 
 

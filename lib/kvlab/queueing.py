@@ -8,7 +8,7 @@ Per replica (costs from :data:`kvlab.assumptions.COST`, configurable):
 
 * **Prefix cache**: the exact semantics of :mod:`kvlab.fleet` (blocks of ``block_size`` tokens, LRU,
   deepest blocks of a request evicted first), kept as fleet's per-entry ``OrderedDict`` and
-  :func:`kvlab.fleet._evict` over the workload's :class:`kvlab.workload.Paths`. Timing matters: a
+  :func:`kvlab.fleet._touch` over the workload's :class:`kvlab.workload.Paths`. Timing matters: a
   request's hit is looked up when its prefill *starts*, and its blocks (prompt and answer, as
   fleet's "after serving") enter the cache when its prefill *ends*. Two turns of one chat that
   overlap in time therefore miss each other. Blocks of running requests are not pinned and their
@@ -57,7 +57,7 @@ import numpy as np
 from . import calc, routing
 from ._validate import check_choice, check_int, check_number, non_negative, positive
 from .assumptions import COST, CostModel
-from .fleet import _evict
+from .fleet import _touch
 from .latency import RequestTimes
 from .workload import Paths
 
@@ -383,23 +383,7 @@ class _Replica:
 
     def _insert(self, rid: int) -> None:
         sim = self.sim
-        od = self.cache
-        u = self.used
-        ks, ns = sim.ks[rid], sim.ns[rid]
-        for j in range(len(ks) - 1, -1, -1):  # deepest first: evicted first
-            key, nb = ks[j], ns[j]
-            old = od.get(key)
-            if old is None:
-                u += nb
-                od[key] = nb
-            else:
-                if nb > old:
-                    u += nb - old
-                    od[key] = nb
-                od.move_to_end(key)
-        if u > sim.cap:
-            u = _evict(od, u, sim.cap)
-        self.used = u
+        self.used = _touch(self.cache, sim.ks[rid], sim.ns[rid], self.used, sim.cap)
 
 
 def _match(od, ks, ns, mh) -> int:
@@ -532,17 +516,21 @@ def simulate(
         raise ValueError(f"paths were built for block_size {paths.block_size}, got {block_size}")
 
     sim = _Sim(w, paths, cost, cap, max_batch, chunk, bool(prefill_only))
-    router = routing.make_router(
-        policy,
-        R,
-        seed=seed,
-        epsilon=eps,
-        lam=lam,
-        sticky=sticky,
-        view=view,
-        vnodes=vnodes,
-        slack=slack,
-    )
+
+    def make_router(n: int):
+        return routing.make_router(
+            policy,
+            n,
+            seed=seed,
+            epsilon=eps,
+            lam=lam,
+            sticky=sticky,
+            view=view,
+            vnodes=vnodes,
+            slack=slack,
+        )
+
+    router = make_router(R)
     t0 = float(arr[0])
     reps = [_Replica(sim, t0) for _ in range(R)]
     known: list[dict] = [dict() for _ in range(R)]
@@ -561,7 +549,7 @@ def simulate(
             add_at = _INF
             reps.append(_Replica(sim, t))
             known.append(dict())
-            new = _grow(router, policy, R + 1, seed, eps, lam, sticky, view, vnodes, slack)
+            new = _grow(router, policy, sticky, R + 1, make_router)
             if policy == "sticky":
                 moved = sum(router.choose(k) != new.choose(k) for k in seen_keys)
                 keys_moved = moved / max(len(seen_keys), 1)
@@ -643,9 +631,9 @@ def simulate(
     )
 
 
-def _grow(router, policy, R, seed, eps, lam, sticky, view, vnodes, slack=0.0):
+def _grow(router, policy, sticky, R, make_router):
     """The router after one replica joins: a ring gains the new replica's points, the others are
-    rebuilt for ``R`` replicas (modulo-sticky then maps key mod R)."""
+    rebuilt by ``make_router(R)`` (modulo-sticky then maps key mod R)."""
     if policy == "sticky" and sticky == "ring":
         import copy
 
@@ -653,17 +641,7 @@ def _grow(router, policy, R, seed, eps, lam, sticky, view, vnodes, slack=0.0):
         new.ring.add_replica()
         new.replicas = R
         return new
-    new = routing.make_router(
-        policy,
-        R,
-        seed=seed,
-        epsilon=eps,
-        lam=lam,
-        sticky=sticky,
-        view=view,
-        vnodes=vnodes,
-        slack=slack,
-    )
+    new = make_router(R)
     if policy == "round_robin":
         new._next = router._next % R
     return new

@@ -97,15 +97,13 @@ def scenarios(by_scenario: dict):
     return fig
 
 
-def hit_rate_vs_cache(
-    cache_tokens, sweep: dict, default: float | None = 400_000, title: str | None = None
-):
-    """Hit rate per policy against cache tokens per replica (log axis), default marked."""
+def _sweep_lines(x, sweep: dict, metric: str, default, label_y: float):
+    """One line of ``metric`` per policy against ``x``, with the default value marked."""
     fig, ax = plt.subplots()
     for p, res in sweep.items():
         ax.plot(
-            cache_tokens,
-            [r.hit_rate for r in res],
+            x,
+            [getattr(r, metric) for r in res],
             marker="o",
             ms=3,
             color=POLICY_COLORS[p],
@@ -113,7 +111,15 @@ def hit_rate_vs_cache(
         )
     if default is not None:
         ax.axvline(default, color="#888888", linestyle=":", linewidth=1)
-        ax.text(default, 0.02, " default", color="#555555", fontsize=8)
+        ax.text(default, label_y, " default", color="#555555", fontsize=8)
+    return fig, ax
+
+
+def hit_rate_vs_cache(
+    cache_tokens, sweep: dict, default: float | None = 400_000, title: str | None = None
+):
+    """Hit rate per policy against cache tokens per replica (log axis), default marked."""
+    fig, ax = _sweep_lines(cache_tokens, sweep, "hit_rate", default, 0.02)
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
     _pct_axis(ax)
@@ -127,19 +133,7 @@ def hit_rate_vs_cache(
 
 def imbalance_vs_skew(skews, sweep: dict, default: float | None = 1.0):
     """Load imbalance (max / mean prefill) per policy against Zipf skew, default marked."""
-    fig, ax = plt.subplots()
-    for p, res in sweep.items():
-        ax.plot(
-            skews,
-            [r.imbalance for r in res],
-            marker="o",
-            ms=3,
-            color=POLICY_COLORS[p],
-            label=POLICY_LABELS[p],
-        )
-    if default is not None:
-        ax.axvline(default, color="#888888", linestyle=":", linewidth=1)
-        ax.text(default, 1.0, " default", color="#555555", fontsize=8)
+    fig, ax = _sweep_lines(skews, sweep, "imbalance", default, 1.0)
     ax.axhline(1.0, color="black", linewidth=0.6)
     ax.set_xlabel("popularity skew (Zipf exponent)")
     ax.set_ylabel("imbalance (max / mean prefill)")
