@@ -25,7 +25,7 @@ def __getattr__(name):
         "plots",
         "widgets",
         "measure",
-        "worked",
+        "seeds",
         "selfcheck",
     }:
         return importlib.import_module(f".{name}", __name__)
