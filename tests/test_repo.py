@@ -2,8 +2,10 @@
 
 - every notebook's first cell is the current Colab set-up cell (tools/colab_cell.py --check);
 - every notebook is committed executed, top to bottom (increasing execution counts);
-- no worked result is hand-typed in book/*.md: results come through {glue:text} roles;
-- every glue reference names a notebook that exists and a key that notebook glues;
+- no worked result is hand-typed in book/*.md: results come through {num}`key` roles (or glue
+  roles inside notebooks);
+- every glue reference names a notebook that exists and a key that notebook glues; every glued key
+  is glued by one notebook only; book/*.md names keys, never notebook paths;
 - exercise labels are unique, and every solution names an existing exercise.
 """
 
@@ -105,6 +107,10 @@ def test_execution_problems_detects_bad_notebooks():
 
 # {glue}`key`, {glue:text}`nb.ipynb::key:fmt`, {glue:md}`...`, and ```{glue} key / {glue:figure} key
 GLUE_ROLE = re.compile(r"\{glue(?::[a-z]+)?\}`([^`]+)`")
+# book/*.md pages write {num}`key` (rewritten by _ext/glue_keys.py at build time)
+sys.path.insert(0, str(ROOT / "_ext"))
+from glue_keys import NUM_ROLE, key_index  # noqa: E402
+
 GLUE_DIRECTIVE = re.compile(r"^[`:]{3,}\{glue(?::[a-z]+)?\}\s+(\S+)", re.MULTILINE)
 
 
@@ -147,7 +153,13 @@ def broken_glue_refs() -> list[str]:
             source(c) for c in load(nb_path).get("cells", []) if c.get("cell_type") == "markdown"
         )
         sources.append((nb_path, text))
+    owner, twice = key_index(ROOT)
+    for key, paths in sorted(twice.items()):
+        problems.append(f"key {key!r} is glued by several notebooks: {[rel(p) for p in paths]}")
     for path, text in sources:
+        for key, _fmt in NUM_ROLE.findall(text):
+            if key not in owner:
+                problems.append(f"{rel(path)}: {{num}}`{key}` -> no notebook glues this key")
         for nb_rel, key in glue_refs(text):
             if nb_rel is None:
                 if path.suffix != ".ipynb":
@@ -170,6 +182,31 @@ def broken_glue_refs() -> list[str]:
 def test_glue_references_resolve():
     problems = broken_glue_refs()
     assert not problems, f"{len(problems)} glue references do not resolve:\n" + "\n".join(problems)
+
+
+def test_book_pages_name_keys_not_notebooks():
+    # A figure in book/*.md is written {num}`key`; the notebook that glues it is found at build
+    # time (_ext/glue_keys.py), so a sentence reads plainly in the source.
+    problems = [
+        f"{rel(md)}:{n}: write {{num}}`key` instead of a notebook path: {line.strip()[:90]}"
+        for md in sorted(BOOK.rglob("*.md"))
+        for n, line in enumerate(md.read_text(encoding="utf-8").splitlines(), 1)
+        if ".ipynb::" in line
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_num_role_rewrite():
+    from glue_keys import rewrite
+
+    page = ROOT / "book" / "x.md"
+    owner = {"p08_a": ROOT / "notebooks" / "nb.ipynb"}
+    text, unknown = rewrite("a {num}`p08_a` b {num}`p08_a:.1f` c {num}`nope`", page, owner)
+    assert text == (
+        "a {glue:text}`../notebooks/nb.ipynb::p08_a:` b "
+        "{glue:text}`../notebooks/nb.ipynb::p08_a:.1f` c {num}`nope`"
+    )
+    assert unknown == ["nope"]
 
 
 def test_glue_parsing():
@@ -212,7 +249,7 @@ FENCE = re.compile(r"^(`{3,}|~{3,})")
 def hand_typed_results(path: Path, text: str) -> list[str]:
     problems = []
     for n, line in enumerate(text.splitlines(), 1):
-        bare = GLUE_ROLE.sub(" ", line)
+        bare = NUM_ROLE.sub(" ", GLUE_ROLE.sub(" ", line))
         bare = re.sub(r"\{(cite|doc|ref|term|numref|eq)[^}]*\}`[^`]*`", " ", bare)
         for fig in RESULT_FIGURES:
             pat = r"(?<![\d.,])" + re.escape(fig).replace(r"\ ", r"[ \u00a0\u202f]?") + r"(?![\d])"
@@ -228,7 +265,7 @@ def test_no_hand_typed_results_in_prose():
     for md in sorted(BOOK.rglob("*.md")):
         problems += hand_typed_results(md, md.read_text(encoding="utf-8"))
     assert not problems, (
-        "worked results typed into the prose (glue them from the notebook instead):\n"
+        "worked results typed into the prose (glue them in a notebook, write {num}`key` here):\n"
         + "\n".join(problems)
     )
 
@@ -238,6 +275,7 @@ def test_hand_typed_detector():
     assert hand_typed_results(p, "the hit rate is 40 % here")
     assert hand_typed_results(p, "moves 2.62\u00a0GB")
     assert not hand_typed_results(p, "the hit rate is {glue:text}`a.ipynb::p08_hit_random:`")
+    assert hand_typed_results(p, "the hit rate is {num}`p08_hit_random`, 40 % of it")
     assert not hand_typed_results(p, "a 140 % overload, 2,3750 and 113 ms")
     assert not hand_typed_results(p, "a 2,000-token system prompt at 20 requests/s")
 

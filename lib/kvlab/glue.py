@@ -3,8 +3,9 @@
 ``glue(name, value)`` records ``value`` under ``name`` for MyST pages when myst-nb is installed;
 otherwise (Colab, plain Jupyter) it only displays the value if asked, so the same notebook runs
 everywhere. Glue numbers as preformatted strings (``"655 MB"``): ``{glue:text}`` strips the
-quotes of a string's repr. Pages reference a key as ``{glue:text}`path/to/nb.ipynb::key:``` (the
-trailing colon is an empty format spec, so the text is pasted as it is).
+quotes of a string's repr. Prose pages in book/ write ``{num}`key``` (``_ext/glue_keys.py`` finds
+the notebook that glues the key); keys are unique across the book, and a notebook's own markdown
+uses ``{glue:text}`key:```.
 """
 
 from __future__ import annotations
