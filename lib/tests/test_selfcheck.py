@@ -1,8 +1,12 @@
 """The self-check answer boxes: parsing, tolerance, units, bad input, and the widget itself."""
 
-import pytest
+import math
 
-from kvlab.selfcheck import ask, check_answer, parse_quantity
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvlab.selfcheck import UNITS, ask, check_answer, parse_quantity, parse_readings
 
 
 @pytest.mark.parametrize(
@@ -27,7 +31,19 @@ from kvlab.selfcheck import ask, check_answer, parse_quantity
         ("8 ×", 8.0, "×"),
         ("3.2 million", 3.2e6, ""),
         ("1e3", 1000.0, ""),
-        ("328 mb", 328.0, "MB"),
+        ("328 MB", 328.0, "MB"),
+        ("5.24 Gb", 5.24, "Gb"),
+        ("400 Gb/s", 400.0, "Gb"),
+        ("50 GB/s", 50.0, "GB"),
+        ("5.24 gb", 5.24, "Gb"),
+        ("0,396", 0.396, ""),
+        ("5,24 GB", 5.24, "GB"),
+        ("1.234,5", 1234.5, ""),
+        ("2.375", 2.375, ""),
+        ("13 msec", 13.0, "ms"),
+        ("82 μs", 82.0, "µs"),
+        ("240 concurrent requests", 240.0, ""),
+        ("1e-3 s", 1e-3, "s"),
     ],
 )
 def test_parse_quantity(text, value, unit):
@@ -36,7 +52,10 @@ def test_parse_quantity(text, value, unit):
     assert got_unit == unit
 
 
-@pytest.mark.parametrize("text", ["", "   ", "abc", "GB", "forty", "40 parsecs", "--"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "   ", "abc", "GB", "forty", "40 parsecs", "--", "13 Ms", "328 mb", "5 mB", "1,23,4"],
+)
 def test_parse_quantity_rejects(text):
     with pytest.raises(ValueError):
         parse_quantity(text)
@@ -89,7 +108,10 @@ def test_ratio_answers():
     assert check_answer("6 : 3", (6, 3)).ok
     assert check_answer("6:3", (6, 3)).ok
     assert check_answer("6/3", (6, 3)).ok
-    assert not check_answer("2 : 1", (6, 3)).ok
+    assert check_answer("2 : 1", (6, 3)).ok  # the chapter's "2 : 1 ratio"
+    assert "same ratio" in check_answer("2 : 1", (6, 3)).message
+    assert not check_answer("3 : 6", (6, 3)).ok
+    assert not check_answer("1 : 2", (2, 3)).ok
     assert not check_answer("6", (6, 3)).ok
     assert not check_answer("a : b", (6, 3)).ok
 
@@ -125,3 +147,169 @@ def test_widget_checks_and_reports():
     assert "Could not read" in w.feedback.value
     with pytest.raises(ValueError):
         ask("bad", 1, unit="furlongs")
+
+
+# Every case the review found (issue 16), and the book's own answers: (typed, answer, unit, ok).
+TABLE = [
+    # bits are not bytes, mega is not milli
+    ("5.24 Gb", 5.24, "GB", False),
+    ("5.24 gb", 5.24, "GB", False),
+    ("41.9 Gb", 5.24, "GB", True),
+    ("13 Ms", 13.1, "ms", False),
+    ("13 MS", 13.1, "ms", False),
+    ("13 ms", 13.1, "ms", True),
+    ("13 msec", 13.1, "ms", True),
+    ("400 Gb/s", 50, "GB", True),
+    ("400 GB/s", 50, "GB", False),
+    ("50 GB/s", 50, "GB", True),
+    ("5.24 GB", 5.24, "GB", True),
+    ("5,240 MB", 5.24, "GB", True),
+    ("5.24 MB", 5.24, "GB", False),
+    ("2.62 GB", 5.24, "GB", False),
+    # decimal commas
+    ("0,396", 0.396, "", True),
+    ("0,396", 396, "", False),
+    ("5,243 GB", 5.243, "GB", True),
+    ("5,24 GB", 5.24, "GB", True),
+    ("5,24 GB", 524, "GB", False),
+    ("2,375", 2375, "", True),
+    ("2,375 tokens", 2375, "", True),
+    ("2 375", 2375, "", True),
+    ("72,500 tokens/s", 72500, "", True),
+    ("40,0 %", 40, "%", True),
+    # percentages
+    ("40 %", 40, "%", True),
+    ("0.4", 40, "%", True),
+    ("0,4", 40, "%", True),
+    ("83 %", 40, "%", False),
+    ("83 %", 100 * 5 / 6, "%", True),
+    # the tolerance the quiz page promises: 5 %
+    ("13 ms", 13.107, "ms", True),
+    ("12.4 ms", 13.107, "ms", False),
+    ("13.8 ms", 13.107, "ms", False),
+    # factors and counts
+    ("8x", 8, "x", True),
+    ("8 ×", 8, "x", True),
+    ("64", 8, "x", False),
+    ("240 concurrent requests", 240, "", True),
+    ("100", 240, "", False),
+]
+
+
+@pytest.mark.parametrize("typed, answer, unit, ok", TABLE)
+def test_table_of_answers(typed, answer, unit, ok):
+    v = check_answer(typed, answer, unit=unit)
+    assert v.ok is ok, v.message
+
+
+RATIOS = [
+    ("6 : 3", (6, 3), True),
+    ("2 : 1", (6, 3), True),
+    ("2:1", (6, 3), True),
+    ("4 : 2", (6, 3), True),
+    ("3 : 6", (6, 3), False),
+    ("1 : 2", (2, 3), False),
+    ("2 : 3", (2, 3), True),
+    ("4 : 6", (2, 3), True),
+    ("2 : 2", (3, 2), False),
+    ("3 : 2", (3, 2), True),
+    ("0 : 3", (6, 3), False),
+    ("6", (6, 3), False),
+]
+
+
+@pytest.mark.parametrize("typed, answer, ok", RATIOS)
+def test_table_of_ratios(typed, answer, ok):
+    assert check_answer(typed, answer, tolerance=0).ok is ok
+
+
+def test_bits_hint_and_case_message():
+    v = check_answer("5.24 Gb", 5.24, unit="GB")
+    assert "bit" in v.message
+    v = check_answer("13 Ms", 13.1, unit="ms")
+    assert not v.ok and "case-sensitive" in v.message
+
+
+# ---- properties of the parser -------------------------------------------------------------
+_values = st.floats(min_value=1e-3, max_value=1e9, allow_nan=False, allow_infinity=False)
+_units = st.sampled_from(sorted(UNITS))
+_fast = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_fast
+@given(value=_values, unit=_units, space=st.sampled_from(["", " "]))
+def test_property_value_and_unit_round_trip(value, unit, space):
+    text = f"{value!r}{space if unit else ''}{unit}"
+    got, got_unit = parse_quantity(text)
+    assert got == pytest.approx(value, rel=1e-12)
+    assert got_unit == unit
+
+
+@_fast
+@given(n=st.integers(min_value=1000, max_value=10**12))
+def test_property_thousands_groups(n):
+    assert parse_quantity(f"{n:,}")[0] == n
+    assert parse_quantity(f"{n:,}".replace(",", "\u00a0"))[0] == n
+    assert check_answer(f"{n:,}", n).ok
+
+
+@_fast
+@given(whole=st.integers(min_value=0, max_value=999), frac=st.integers(min_value=0, max_value=999))
+def test_property_decimal_comma(whole, frac):
+    for digits in (1, 2, 3):
+        f = frac % 10**digits
+        typed = f"{whole},{f:0{digits}d}"
+        value = float(f"{whole}.{f:0{digits}d}")
+        assert any(v == pytest.approx(value) for v, _ in parse_readings(typed))
+        assert check_answer(typed, value, tolerance=1e-9).ok
+
+
+@_fast
+@given(value=st.floats(min_value=1e-2, max_value=1e4), family=st.sampled_from(["bytes", "seconds"]))
+def test_property_units_convert_within_a_family(value, family):
+    units = [u for u, (fam, _) in UNITS.items() if fam == family]
+    want = units[0]
+    for typed_unit in units:
+        typed_value = value * UNITS[want][1] / UNITS[typed_unit][1]
+        assert check_answer(f"{typed_value!r} {typed_unit}", value, unit=want).ok
+
+
+@_fast
+@given(value=st.floats(min_value=1e-2, max_value=1e4), prefix=st.sampled_from(["k", "M", "G", "T"]))
+def test_property_bits_are_never_bytes(value, prefix):
+    byte_unit = "kB" if prefix == "k" else prefix + "B"
+    bit_unit = "kb" if prefix == "k" else prefix + "b"
+    assert not check_answer(f"{value!r} {bit_unit}", value, unit=byte_unit).ok
+    assert check_answer(f"{8 * value!r} {bit_unit}", value, unit=byte_unit).ok
+
+
+@_fast
+@given(
+    a=st.integers(min_value=1, max_value=40),
+    b=st.integers(min_value=1, max_value=40),
+    k=st.integers(min_value=1, max_value=5),
+)
+def test_property_equivalent_ratios(a, b, k):
+    assert check_answer(f"{k * a} : {k * b}", (a, b), tolerance=0).ok
+    if a != b:
+        assert not check_answer(f"{b} : {a}", (a, b), tolerance=0).ok
+
+
+@_fast
+@given(text=st.text(max_size=30), unit=_units)
+def test_property_never_raises_on_reader_input(text, unit):
+    for answer in (40.0, (6, 3)):
+        v = check_answer(text, answer, unit=unit if not isinstance(answer, tuple) else "")
+        assert isinstance(v.ok, bool) and v.message
+
+
+@_fast
+@given(value=_values, rel=st.floats(min_value=0.0, max_value=0.2))
+def test_property_tolerance_is_relative(value, rel):
+    typed = value * (1 + rel)
+    ok = check_answer(f"{typed!r}", value, tolerance=0.05).ok
+    if rel < 0.049:
+        assert ok
+    elif rel > 0.051:
+        assert not ok
+    assert math.isfinite(typed)
