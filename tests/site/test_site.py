@@ -386,6 +386,84 @@ def test_screenshots(site, server, browser):
         page.close()
 
 
+# Pages whose maths must render with the network blocked: a card, a notebook, a lab.
+MATH_PAGES = (
+    "book/p08-card.html",
+    "notebooks/p08-05-routing-demo.html",
+    "notebooks/labs/lab1-vllm-prefix-caching.html",
+)
+
+# Waits for MathJax (served by the site) to typeset, then reports what a reader sees: rendered
+# formulas, math spans still showing TeX, the scripts that were requested.
+MATH_JS = r"""async () => {
+  const deadline = Date.now() + 20000;
+  while (Date.now() < deadline && !(window.MathJax && MathJax.startup && MathJax.startup.promise)) {
+    await new Promise(ok => setTimeout(ok, 100));
+  }
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await Promise.race([MathJax.startup.promise, new Promise(ok => setTimeout(ok, 20000))]);
+  }
+  const spans = Array.from(document.querySelectorAll('.math'));
+  const raw = spans.filter(s => !s.querySelector('mjx-container'))
+                   .map(s => s.textContent.trim()).filter(t => /\\\(|\\\[|\$\$|\\[a-zA-Z]/.test(t));
+  return {math_spans: spans.length,
+          rendered: document.querySelectorAll('mjx-container').length,
+          raw: raw.slice(0, 5),
+          scripts: Array.from(document.scripts).map(s => s.src).filter(Boolean)};
+}"""
+
+
+def math_problems(info: dict, base: str) -> list[str]:
+    """Why a page's maths fails a reader (from MATH_JS's report), or [] when it renders."""
+    problems = []
+    if info["math_spans"] == 0:
+        problems.append("no math on the page (expected some)")
+    if info["rendered"] == 0:
+        problems.append("MathJax rendered nothing (no mjx-container)")
+    if info["raw"]:
+        problems.append(f"raw TeX visible: {info['raw']}")
+    mathjax = [s for s in info["scripts"] if "mathjax" in s.lower()]
+    if not mathjax:
+        problems.append("no MathJax script on the page")
+    off_site = [s for s in mathjax if not s.startswith(base)]
+    if off_site:
+        problems.append(f"MathJax loaded from outside the site: {off_site}")
+    return problems
+
+
+def blocked_page(context, base: str, blocked: list[str]):
+    """A new page on which every request off ``base`` (127.0.0.1) is aborted and recorded."""
+    page = context.new_page()
+
+    def route(r):
+        if r.request.url.startswith(base):
+            r.continue_()
+        else:
+            blocked.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    return page
+
+
+@pytest.mark.parametrize("rel", MATH_PAGES)
+def test_maths_renders_offline(site, server, browser, rel):
+    if not (site / rel).is_file():
+        pytest.fail(f"{rel} is not in the site")
+    blocked: list[str] = []
+    page = blocked_page(browser, server.base, blocked)
+    try:
+        page.goto(server.base + rel, wait_until="load", timeout=30_000)
+        info = _evaluate(page, MATH_JS)
+    finally:
+        page.close()
+    problems = math_problems(info, server.base)
+    mathjax_blocked = [u for u in blocked if "mathjax" in u.lower()]
+    if mathjax_blocked:
+        problems.append(f"MathJax requested from outside the site: {mathjax_blocked}")
+    assert not problems, f"{rel}: " + "; ".join(problems)
+
+
 # ---------------------------------------------------------------------------------------------
 # The checks can fail: a tiny broken site
 # ---------------------------------------------------------------------------------------------
@@ -500,6 +578,33 @@ def test_checker_passes_clean_page_and_ignores_external(broken_server, browser):
     problems, text = check_page(browser, broken_server.base + "good.html", broken_server.base)
     assert problems == [], problems
     assert missing_texts(text, ["40 %", "6 : 3"]) == []
+
+
+def test_checker_math_problems():
+    base = "http://127.0.0.1:1/"
+    good = {"math_spans": 2, "rendered": 2, "raw": [], "scripts": [base + "_static/mathjax/x.js"]}
+    assert math_problems(good, base) == []
+    cdn = dict(good, scripts=["https://cdn.example.invalid/mathjax/tex-chtml.js"])
+    assert "outside the site" in " ".join(math_problems(cdn, base))
+    raw = dict(good, rendered=0, raw=["\\(S/16\\)"], scripts=[])
+    text = " ".join(math_problems(raw, base))
+    assert "rendered nothing" in text and "raw TeX" in text and "no MathJax" in text
+
+
+def test_checker_math_on_a_page_without_mathjax(broken_site, broken_server, browser):
+    (broken_site / "maths.html").write_text(
+        '<html><body><p>Blocks: <span class="math notranslate nohighlight">'
+        "\\(16\\lfloor S/16 \\rfloor\\)</span></p></body></html>"
+    )
+    blocked: list[str] = []
+    page = blocked_page(browser, broken_server.base, blocked)
+    try:
+        page.goto(broken_server.base + "maths.html", wait_until="load")
+        info = _evaluate(page, MATH_JS.replace("20000", "300"))
+    finally:
+        page.close()
+    problems = " ".join(math_problems(info, broken_server.base))
+    assert "raw TeX" in problems and "rendered nothing" in problems, problems
 
 
 def test_chromium_is_available_or_skipped():
