@@ -1,8 +1,16 @@
 """Queues, not just hit rates: a discrete-event simulator of a fleet of replicas in time.
 
-Each request arrives at a time (a seeded Poisson process at ``rate_rps``, or the trace's own
-``arrival_s``), is routed to a replica by a :mod:`kvlab.routing` policy, waits in that replica's
-FIFO prefill queue, is prefilled, then decodes with continuous batching.
+**Traffic.** Chats are closed-loop by default (:class:`ChatSessions`): users arrive as a Poisson
+process, each runs one chat, and each turn after the first arrives a think time (exponential, mean
+``think_s``, seeded) *after the previous answer has finished*, since its prompt contains that
+answer. The session arrival rate is set so that the offered load is ``rate_rps`` requests/s.
+Open-loop arrivals stay available for traffic whose requests are independent or whose times are
+recorded: a seeded Poisson process at ``rate_rps`` for :class:`IndependentRequests` or a
+:class:`kvlab.workload.ChatWorkload` (whose turns then ignore each other's finish times: use it to
+reproduce the untimed demo's traffic, not as a model of chat), or a trace's own ``arrival_s``.
+
+Each request is routed to a replica by a :mod:`kvlab.routing` policy, waits in that replica's FIFO
+prefill queue, is prefilled, then decodes with continuous batching.
 
 Per replica (costs from :data:`kvlab.assumptions.COST`, configurable):
 
@@ -10,9 +18,8 @@ Per replica (costs from :data:`kvlab.assumptions.COST`, configurable):
   deepest blocks of a request evicted first), kept as fleet's per-entry ``OrderedDict`` and
   :func:`kvlab.fleet._touch` over the workload's :class:`kvlab.workload.Paths`. Timing matters: a
   request's hit is looked up when its prefill *starts*, and its blocks (prompt and answer, as
-  fleet's "after serving") enter the cache when its prefill *ends*. Two turns of one chat that
-  overlap in time therefore miss each other. Blocks of running requests are not pinned and their
-  KV memory is not modelled (``cache_tokens`` is the cache pool).
+  fleet's "after serving") enter the cache when its prefill *ends*. Blocks of running requests are
+  not pinned and their KV memory is not modelled (``cache_tokens`` is the cache pool).
 * **Prefill**: ``prefill_s_per_token`` per uncached prompt token (at least one token is computed).
   Without chunking (``chunk_tokens=None``) a prompt is prefilled whole and decoding pauses meanwhile
   (prefill first, as vLLM's classic scheduler). With chunking a step carries up to ``chunk_tokens``
@@ -25,23 +32,30 @@ Per replica (costs from :data:`kvlab.assumptions.COST`, configurable):
 
 TTFT = first token - arrival; TPOT = (finish - first token) / (output tokens - 1).
 
-Routing: ``make_router(policy, ...)``. The cache-aware load guard is fed the replicas' real
-*outstanding* prefill work (tokens queued plus the rest of those in progress; queued requests are
-counted by their hit at arrival) with ``load="outstanding"`` (default), or fleet's cumulative count
-(``load="cumulative"``: all prefill tokens ever assigned). On outstanding work a purely relative
-guard (load <= (1 + epsilon) x mean) is strict: the mean is small and any replica with a prompt in
-its queue is above it. ``guard_slack_tokens`` = s adds an absolute slack, load <= (1 + epsilon) x
-mean + s (like SGLang's absolute balance threshold), passed to the router as its ``slack``. ``view="stale"``: matched tokens from the
-router's own record of what it sent where (never learns of evictions); ``"exact"``: from the caches.
+**Routing**: every policy of :data:`kvlab.routing.ALL_POLICIES`. The signals, all read at the
+request's arrival:
+
+* ``cache_aware`` (the book's guarded argmax): matched tokens and a load, either the replicas'
+  *outstanding* prefill work (tokens queued plus the rest of those in progress; queued requests
+  counted by their hit at arrival), ``load="outstanding"`` (default, a live signal), or fleet's
+  cumulative count (``load="cumulative"``: all prefill tokens ever assigned, the demo's signal).
+  ``guard_slack_tokens`` = s adds an absolute slack: load <= (1 + epsilon) x mean + s.
+* ``sglang``: live request counts (requests in the replica: queued, prefilling or decoding), its
+  tree's matches and sizes; ``dynamo``: outstanding prefill tokens, matches and the tokens (prompt
+  plus answer) held by requests in flight, each shared block counted once; ``bounded_ring``: live request counts.
+* ``view="stale"``: matches from the router's own record of what it sent where (it never learns of
+  evictions; ``record_tokens`` caps each replica's record, forgotten LRU, like SGLang's tree);
+  ``"exact"``: from the caches (KV events). ``view=None`` picks each policy's own: exact for
+  ``dynamo``, stale for the others.
 
 A replica can join at ``add_replica_at_s`` (empty cache): modulo-sticky remaps ``key mod (N+1)``,
 a ring (``sticky="ring"``) adds the new replica's points; the share of keys seen so far that move
 is reported as ``keys_moved``.
 
-How it is fast: replicas only interact through the router, so each replica is advanced lazily to
-the next arrival that needs it, and a run of decode-only steps between two events (an arrival or a
-request finishing) is taken in one jump. 100,000 chat requests on 8 replicas take a few seconds
-(:func:`bench`).
+How it is fast: events are taken in time order (the next arrival or the next end of a replica's
+run of steps), and a run of decode-only steps between two events is taken in one jump, cut short
+at the first step boundary after an arrival joins that replica. 100,000 chat requests on 8
+replicas take a few seconds (:func:`bench`).
 """
 
 from __future__ import annotations
@@ -59,9 +73,14 @@ from ._validate import check_choice, check_int, check_number, non_negative, posi
 from .assumptions import COST, CostModel
 from .fleet import _touch
 from .latency import RequestTimes
-from .workload import Paths
+from .workload import ChatWorkload, Paths
 
 __all__ = [
+    "METRICS",
+    "ROUTERS",
+    "ROUTER_LABELS",
+    "ChatSessions",
+    "compare",
     "IndependentRequests",
     "QueueResult",
     "bench",
@@ -127,10 +146,120 @@ class IndependentRequests:
         )
 
 
+class ChatSessions:
+    """Closed-loop chat traffic, the timed simulator's default chat workload.
+
+    ``sessions`` users each run one chat; a chat of T turns has T geometric with mean
+    ``mean_turns`` (at least 1), capped at the turns before its history reaches ``history_max``.
+    Prompts are shaped as :class:`kvlab.workload.ChatWorkload`'s (a system prompt of
+    ``system_tokens`` shared by every chat on it, a history growing by ``history_step`` a turn,
+    ``new_tokens`` new, ``output_tokens`` answered). Sessions are generated until ``requests``
+    requests exist (the last one is cut short). Turn t > 0 waits a think time, exponential with
+    mean ``think_s``, after the answer to turn t - 1 has finished; :func:`simulate` starts the
+    sessions as a Poisson process at ``rate_rps / mean turns`` so that ``rate_rps`` requests/s are
+    offered. Per-request arrays (in session, turn order): ``conversation`` (the session),
+    ``turn``, ``think_s``, ``predecessor`` (the previous turn's index, -1 for a first turn),
+    ``prompt_tokens``, ``output_tokens``, ... ``key`` is a random 62-bit session id (sticky
+    routing hashes it).
+    """
+
+    closed_loop = True
+
+    def __init__(
+        self,
+        requests: int = 6_000,
+        mean_turns: float = 6.0,
+        think_s: float = 10.0,
+        seed: int = 0,
+        system_prompts: int = 4,
+        system_tokens: int = 2000,
+        history_start: int = 500,
+        history_step: int = 500,
+        history_max: int = 20_000,
+        new_tokens: int = 300,
+        output_tokens: int = 200,
+    ):
+        self.requests = check_int("requests", requests, lo=1, hi=100_000_000)
+        self.mean_turns = check_number("mean_turns", mean_turns, lo=1, hi=10_000)
+        self.think_mean_s = non_negative("think_s", think_s)
+        self.seed = check_int("seed", seed, lo=0)
+        self.system_prompts = check_int("system_prompts", system_prompts, lo=1, hi=1_000_000)
+        self.system_tokens = check_int("system_tokens", system_tokens, lo=0, hi=10_000_000)
+        self.history_start = check_int("history_start", history_start, lo=0, hi=10_000_000)
+        self.new_tokens = check_int("new_tokens", new_tokens, lo=1, hi=10_000_000)
+        self.output_tokens_per_turn = check_int("output_tokens", output_tokens, lo=0, hi=10_000_000)
+        self.history_step = check_int(
+            "history_step",
+            history_step,
+            lo=self.new_tokens + self.output_tokens_per_turn,
+            hi=10_000_000,
+        )
+        self.history_max = check_int(
+            "history_max", history_max, lo=self.history_start, hi=1_000_000_000
+        )
+        self.turns_per_chat = -(-(self.history_max - self.history_start) // self.history_step) + 1
+
+        rng = np.random.default_rng([self.seed, 5_113])
+        p = 1.0 / self.mean_turns
+        lengths: list[np.ndarray] = []
+        total = 0
+        while total < self.requests:
+            t = np.minimum(rng.geometric(p, size=max(64, self.requests // 2)), self.turns_per_chat)
+            lengths.append(t)
+            total += int(t.sum())
+        turns = np.concatenate(lengths)
+        ends = np.cumsum(turns)
+        k = int(np.searchsorted(ends, self.requests)) + 1
+        turns = turns[:k].copy()
+        turns[-1] -= int(ends[k - 1] - self.requests)
+        self.sessions = k
+        self.session_turns = turns
+        starts = np.r_[0, np.cumsum(turns)[:-1]]
+        self.first_request = starts.astype(np.int64)
+        sess = np.repeat(np.arange(k, dtype=np.int64), turns)
+        turn = np.arange(self.requests, dtype=np.int64) - np.repeat(starts, turns)
+        self.conversation = sess
+        self.generation = np.zeros(self.requests, dtype=np.int64)
+        self.turn = turn
+        self.predecessor = np.where(turn > 0, np.arange(self.requests) - 1, -1).astype(np.int64)
+        think = rng.exponential(1.0, self.requests) * self.think_mean_s
+        self.think_s = np.where(turn > 0, think, 0.0)
+        self.system_prompt = sess % self.system_prompts
+        self.history_tokens = self.history_start + turn * self.history_step
+        self.prompt_tokens = self.system_tokens + self.history_tokens + self.new_tokens
+        self.output_tokens = np.full(self.requests, self.output_tokens_per_turn, dtype=np.int64)
+        self.chat_id = sess
+        self.conversations = k
+        self._key = rng.integers(0, 1 << 62, size=k, dtype=np.int64)[sess]
+
+    def __len__(self) -> int:
+        return self.requests
+
+    def __repr__(self) -> str:
+        return (
+            f"ChatSessions(requests={self.requests}, sessions={self.sessions}, "
+            f"mean_turns={self.mean_turns:g}, think_s={self.think_mean_s:g}, seed={self.seed})"
+        )
+
+    @property
+    def key(self) -> np.ndarray:
+        """The routing key of each request (its session's random id)."""
+        return self._key
+
+    @property
+    def turns_per_session(self) -> float:
+        """Requests per session in this sample (sets the session rate for an offered rate)."""
+        return self.requests / self.sessions
+
+    _check_index = ChatWorkload._check_index
+    tokens = ChatWorkload.tokens
+    paths = ChatWorkload.paths
+
+
 @dataclass
 class QueueResult(RequestTimes):
-    """Per-request times (s) and tokens, per-replica busy time. Statistics count requests from
-    index ``warmup`` on (arrival order)."""
+    """Per-request times (s) and tokens in arrival order, per-replica busy time. Statistics count
+    requests from index ``warmup`` (arrival order) up to ``count_until``."""
 
     policy: str
     replicas: int
@@ -151,6 +280,11 @@ class QueueResult(RequestTimes):
     added_at_s: float | None = None
     keys_moved: float | None = None  # share of keys seen before the addition whose owner changed
     params: dict = field(default_factory=dict)
+    #: closed loop: each request's previous turn (index in these arrays), -1 for none
+    predecessor: np.ndarray | None = None
+    #: statistics stop before this index (closed loop: the requests that arrive after the last
+    #: session has started, while the load drains away); None: count to the end
+    count_until: int | None = None
 
     # -- per-request metrics -----------------------------------------------------------------------
 
@@ -162,7 +296,19 @@ class QueueResult(RequestTimes):
     # -- summaries ---------------------------------------------------------------------------------
     @property
     def counted(self) -> slice:
-        return slice(self.warmup, None)
+        return slice(self.warmup, self.count_until)
+
+    @property
+    def imbalance(self) -> float:
+        """Max over mean of the prefill tokens each replica computed for the counted requests
+        (the routing demo's metric, here per counted request)."""
+        c = self.counted
+        work = np.bincount(
+            self.replica[c],
+            weights=(self.prompt_tokens - self.hit_tokens)[c],
+            minlength=self.replicas,
+        )
+        return float(work.max() / work.mean()) if work.mean() > 0 else 1.0
 
     @property
     def hit_rate(self) -> float:
@@ -224,19 +370,25 @@ class QueueResult(RequestTimes):
 
 
 class _Replica:
-    """One replica's queues, batch and cache, advanced lazily in time by :meth:`advance`."""
+    """One replica's queues, batch and cache. The simulator calls :meth:`step` at the end of each
+    run of steps (in global time order) and :meth:`add` at each arrival routed here."""
 
     __slots__ = (
         "sim",
+        "idx",
         "q",
         "left",
         "started",
         "out_tokens",
         "assigned",
+        "active",
+        "inflight",
         "running",
         "waiting",
         "steps",
         "end",
+        "seg_start",
+        "seg_d",
         "seg_steps",
         "seg_decode",
         "seg_done",
@@ -250,20 +402,25 @@ class _Replica:
         "online_s",
     )
 
-    def __init__(self, sim, now: float):
+    def __init__(self, sim, idx: int, now: float):
         self.sim = sim
+        self.idx = idx
         self.q: deque = deque()  # request ids waiting for (the rest of) their prefill
         self.left = 0  # prefill tokens still to compute for the head of q (when started)
         self.started = False  # has the head of q started (hit looked up)?
         self.out_tokens = 0  # outstanding prefill tokens (queued estimates + rest in progress)
         self.assigned = 0  # every prefill token ever assigned (estimates corrected at start)
+        self.active = 0  # distinct blocks (prompt + answer) held by the requests in this replica
+        self.inflight: dict = {}  # entry key -> [requests holding it, blocks]
         self.running: list = []  # heap of (decode step at which it finishes, request id)
         self.waiting: deque = deque()  # (request id, decode tokens) waiting for a batch slot
         self.steps = 0  # decode steps done
-        self.end = _INF  # end time of the current segment of steps; inf when idle
-        self.seg_steps = 0  # decode steps in the current segment
+        self.end = _INF  # end time of the current run of steps; inf when idle
+        self.seg_start = now
+        self.seg_d = 0.0  # duration of one step of a decode-only run
+        self.seg_steps = 0  # decode steps in the current run
         self.seg_decode = False
-        self.seg_done: list = []  # requests whose prefill ends with the current segment
+        self.seg_done: list = []  # requests whose prefill ends with the current run
         self.cache: OrderedDict = OrderedDict()
         self.used = 0
         self.busy_s = 0.0
@@ -273,35 +430,57 @@ class _Replica:
         self.last = now
         self.online_s = now
 
+    def _set_end(self, t: float) -> None:
+        self.end = t
+        self.sim.ends[self.idx] = t
+
     def _count(self, t: float, delta: int) -> None:
         self.area += self.n_sys * (t - self.last)
         self.last = t
         self.n_sys += delta
 
     def add(self, rid: int, est_tokens: int, t: float) -> None:
-        """Request ``rid`` arrives at ``t`` (the replica has been advanced to ``t``)."""
+        """Request ``rid`` arrives at ``t`` (every run of steps ending before ``t`` is done)."""
         self._count(t, +1)
         self.q.append(rid)
         self.out_tokens += est_tokens
         self.assigned += est_tokens
+        sim = self.sim
+        fl = self.inflight
+        for key, nb in zip(sim.ks[rid], sim.ns[rid], strict=True):
+            e = fl.get(key)
+            if e is None:
+                fl[key] = [1, nb]
+                self.active += nb
+            else:
+                e[0] += 1
+                if nb > e[1]:
+                    self.active += nb - e[1]
+                    e[1] = nb
         if self.end == _INF:
-            self._start(t, t)
+            self._start(t)
+        elif self.seg_steps > 1:  # a decode-only run: stop at the first step boundary >= t
+            k = max(1, math.ceil((t - self.seg_start) / self.seg_d))
+            if k < self.seg_steps:
+                self.busy_s -= (self.seg_steps - k) * self.seg_d
+                self.seg_steps = k
+                self._set_end(self.seg_start + k * self.seg_d)
 
-    def advance(self, t: float) -> None:
-        """Process every step that ends strictly before ``t`` (``inf``: run to completion)."""
-        while self.end < t:
-            now = self.end
-            self._finish_segment(now)
-            self._start(now, t)
+    def step(self) -> None:
+        """End the current run of steps at ``self.end`` and start the next one."""
+        now = self.end
+        self._finish_segment(now)
+        self._start(now)
 
     # -- steps -------------------------------------------------------------------------------------
-    def _start(self, now: float, horizon: float) -> None:
+    def _start(self, now: float) -> None:
         sim = self.sim
         running, waiting = self.running, self.waiting
         while waiting and len(running) < sim.max_batch:
             rid, tokens = waiting.popleft()
             heapq.heappush(running, (self.steps + tokens, rid))
         q = self.q
+        self.seg_start = now
         if q:
             pre = 0
             done = []
@@ -330,24 +509,23 @@ class _Replica:
             dur = pre_s + (sim.a + sim.k * len(running) if decoding else 0.0)
             self.prefill_busy_s += pre_s
             self.busy_s += dur
-            self.end = now + dur
             self.seg_steps = 1 if decoding else 0
             self.seg_decode = decoding
             self.seg_done = done
+            self._set_end(now + dur)
             return
-        if running:  # decode only until the next finish or the first step boundary >= horizon
+        if running:  # decode only until the next finish (cut short by :meth:`add`)
             d = sim.a + sim.k * len(running)
             n = running[0][0] - self.steps
-            if horizon < _INF:
-                n = min(n, max(1, math.ceil((horizon - now) / d)))
-            dur = n * d
-            self.busy_s += dur
-            self.end = now + dur
+            self.busy_s += n * d
+            self.seg_d = d
             self.seg_steps = n
             self.seg_decode = True
             self.seg_done = []
+            self._set_end(now + n * d)
             return
-        self.end = _INF
+        self.seg_steps = 0
+        self._set_end(_INF)
 
     def _begin_prefill(self, rid: int, now: float) -> None:
         sim = self.sim
@@ -361,6 +539,21 @@ class _Replica:
         self.left = left
         self.started = True
 
+    def _done(self, rid: int, t: float) -> None:
+        sim = self.sim
+        sim.finish[rid] = t
+        self._count(t, -1)
+        fl = self.inflight
+        for key in sim.ks[rid]:
+            e = fl[key]
+            e[0] -= 1
+            if not e[0]:
+                self.active -= e[1]
+                del fl[key]
+        nxt = sim.nxt[rid] if sim.nxt is not None else -1
+        if nxt >= 0:  # closed loop: the user reads the answer, thinks, sends the next turn
+            heapq.heappush(sim.pending, (t + sim.think[nxt], nxt))
+
     def _finish_segment(self, t: float) -> None:
         sim = self.sim
         if self.seg_decode:
@@ -368,8 +561,7 @@ class _Replica:
             running = self.running
             while running and running[0][0] <= self.steps:
                 _, rid = heapq.heappop(running)
-                sim.finish[rid] = t
-                self._count(t, -1)
+                self._done(rid, t)
         for rid in self.seg_done:
             sim.first[rid] = t
             self._insert(rid)
@@ -377,9 +569,9 @@ class _Replica:
             if d > 0:
                 self.waiting.append((rid, d))
             else:
-                sim.finish[rid] = t
-                self._count(t, -1)
-        self.end = _INF
+                self._done(rid, t)
+        self.seg_steps = 0
+        self._set_end(_INF)
 
     def _insert(self, rid: int) -> None:
         sim = self.sim
@@ -399,8 +591,29 @@ def _match(od, ks, ns, mh) -> int:
     return x if x < mh else mh
 
 
+def _new_blocks(inflight: dict, ks, ns) -> int:
+    """Blocks of the path (ks, ns) not already held by a request in flight on that replica."""
+    x = 0
+    for key, nb in zip(ks, ns, strict=True):
+        e = inflight.get(key)
+        x += nb - e[1] if e is not None and e[1] < nb else (0 if e is not None else nb)
+    return x
+
+
+def _deepest(od, ks, ns) -> object:
+    """The key of the deepest entry of the path (ks, ns) found in ``od`` (None if none)."""
+    node = None
+    for key, nb in zip(ks, ns, strict=True):
+        c = od.get(key, 0)
+        if c:
+            node = key
+        if c < nb:
+            break
+    return node
+
+
 class _Sim:
-    """State shared by the replicas of one run (request arrays as lists, costs)."""
+    """State shared by the replicas of one run (request arrays as lists, costs, event lists)."""
 
     def __init__(self, w, paths, cost, cap, max_batch, chunk, prefill_only):
         n = len(w)
@@ -427,9 +640,13 @@ class _Sim:
         self.start = [math.nan] * n
         self.first = [math.nan] * n
         self.finish = [math.nan] * n
+        self.ends: list[float] = []  # per replica: end of its current run of steps
+        self.pending: list = []  # closed loop: heap of (arrival time, request id)
+        self.nxt = None  # closed loop: each request's next turn (-1: none)
+        self.think: list[float] = []
 
 
-def _arrivals(w, rate_rps, arrival_s, speedup, seed) -> np.ndarray:
+def _open_arrivals(w, rate_rps, arrival_s, speedup, seed) -> np.ndarray:
     n = len(w)
     if rate_rps is not None and arrival_s is not None:
         raise ValueError("give rate_rps or arrival_s, not both")
@@ -449,6 +666,15 @@ def _arrivals(w, rate_rps, arrival_s, speedup, seed) -> np.ndarray:
     return arr / positive("speedup", speedup)
 
 
+def _session_starts(w, rate_rps, seed) -> np.ndarray:
+    """Start times of a closed-loop workload's sessions: Poisson at rate_rps / turns per session."""
+    if rate_rps is None:
+        raise ValueError("rate_rps must be a number > 0 for closed-loop chat sessions")
+    rate = positive("rate_rps", rate_rps) / w.turns_per_session
+    rng = np.random.default_rng(seed + 7_919)
+    return np.cumsum(rng.exponential(1.0 / rate, w.sessions))
+
+
 def simulate(
     w,
     policy: str = "cache_aware",
@@ -466,30 +692,50 @@ def simulate(
     prefill_only: bool = False,
     epsilon: float = 0.05,
     lam: float = 0.0,
-    view: str = "stale",
+    view: str | None = None,
     load: str = "outstanding",
     guard_slack_tokens: float = 0.0,
     sticky: str = "modulo",
     vnodes: int = 100,
     add_replica_at_s: float | None = None,
     warmup: int = 0,
+    warmup_s: float | None = None,
     paths=None,
+    record_tokens: int | None = None,
+    load_factor: float = 1.25,
+    cache_threshold: float = 0.3,
+    balance_abs: float = 64,
+    balance_rel: float = 1.5,
+    overlap_weight: float = 1.0,
 ) -> QueueResult:
-    """Serve every request of ``w`` (ChatWorkload, Trace, IndependentRequests) in time.
+    """Serve every request of ``w`` (ChatSessions, ChatWorkload, Trace, IndependentRequests) in time.
 
-    Arrivals: Poisson at ``rate_rps`` (seeded by ``seed``), else ``arrival_s``, else the
-    workload's ``arrival_s`` (a trace), divided by ``speedup``. ``replicas``: 1 to 4096 replicas,
-    each with an LRU prefix cache of ``cache_tokens`` (None: unlimited) and at most ``max_batch``
-    decoding requests; ``chunk_tokens`` turns on chunked prefill. ``policy`` in
-    routing.POLICIES; ``epsilon``, ``lam``, ``view`` ("stale"/"exact") and ``load``
-    ("outstanding"/"cumulative") tune "cache_aware"; ``sticky`` ("modulo"/"ring") and ``vnodes``
-    tune "sticky". ``add_replica_at_s``: one more replica joins then. ``warmup``: statistics skip
-    the first requests (they still run). ``paths``: a precomputed ``w.paths(block_size)``.
+    Arrivals: a closed-loop workload (:class:`ChatSessions`) starts its sessions as a Poisson
+    process offering ``rate_rps`` requests/s and sends each later turn a think time after the
+    previous answer. Any other workload is open loop: Poisson at ``rate_rps`` (seeded by
+    ``seed``), else ``arrival_s``, else the workload's ``arrival_s`` (a trace), divided by
+    ``speedup``. ``replicas``: 1 to 4096 replicas, each with an LRU prefix cache of
+    ``cache_tokens`` (None: unlimited) and at most ``max_batch`` decoding requests;
+    ``chunk_tokens`` turns on chunked prefill. ``policy`` in routing.ALL_POLICIES; ``epsilon``,
+    ``lam``, ``load`` ("outstanding"/"cumulative") and ``guard_slack_tokens`` tune "cache_aware";
+    ``sticky`` ("modulo"/"ring") and ``vnodes`` tune "sticky"; ``load_factor`` "bounded_ring";
+    ``cache_threshold``, ``balance_abs``, ``balance_rel`` "sglang"; ``overlap_weight`` "dynamo".
+    ``view`` ("stale"/"exact"/None: the policy's own) and ``record_tokens`` (the stale record's
+    size per replica, None: unlimited) set what the cache-using policies see.
+    ``add_replica_at_s``: one more replica joins then. ``warmup``: statistics skip the first
+    requests in arrival order (they still run); ``warmup_s``: instead, skip those that arrive
+    before this time (s), the same window for every policy. A closed loop's statistics stop at
+    the last session's start (the load drains away after it). ``paths``: a precomputed ``w.paths(block_size)``.
     """
-    check_choice("policy", policy, set(routing.POLICIES))
+    check_choice("policy", policy, set(routing.ALL_POLICIES))
     R = check_int("replicas", replicas, lo=1, hi=4096)
     bs = check_int("block_size", block_size, lo=1, hi=1_000_000)
     cap = (1 << 62) if cache_tokens is None else check_int("cache_tokens", cache_tokens, lo=0) // bs
+    rec_cap = (
+        (1 << 62)
+        if record_tokens is None
+        else check_int("record_tokens", record_tokens, lo=0) // bs
+    )
     seed = check_int("seed", seed, lo=0)
     if not isinstance(cost, CostModel):
         raise ValueError(f"cost must be a kvlab.assumptions.CostModel, got {cost!r}")
@@ -497,6 +743,8 @@ def simulate(
     chunk = None if chunk_tokens is None else check_int("chunk_tokens", chunk_tokens, lo=1)
     eps = non_negative("epsilon", epsilon)
     lam = non_negative("lam", lam)
+    if view is None:
+        view = "exact" if policy == "dynamo" else "stale"
     view = check_choice("view", view, {"stale", "exact"})
     load = check_choice("load", load, {"outstanding", "cumulative"})
     slack = non_negative("guard_slack_tokens", guard_slack_tokens)
@@ -506,7 +754,18 @@ def simulate(
     if n < 1:
         raise ValueError("w must hold at least one request")
     warmup = check_int("warmup", warmup, lo=0, hi=n - 1)
-    arr = _arrivals(w, rate_rps, arrival_s, speedup, seed)
+    if warmup_s is not None:
+        warmup_s = non_negative("warmup_s", warmup_s)
+    closed = bool(getattr(w, "closed_loop", False))
+    if closed:
+        if arrival_s is not None:
+            raise ValueError("arrival_s must be None for closed-loop chat sessions (use rate_rps)")
+        starts = _session_starts(w, rate_rps, seed)
+        fixed_t = (starts / positive("speedup", speedup)).tolist()
+        fixed_r = np.asarray(w.first_request).tolist()
+    else:
+        fixed_t = _open_arrivals(w, rate_rps, arrival_s, speedup, seed).tolist()
+        fixed_r = list(range(n))
     add_at = (
         _INF if add_replica_at_s is None else non_negative("add_replica_at_s", add_replica_at_s)
     )
@@ -516,6 +775,13 @@ def simulate(
         raise ValueError(f"paths were built for block_size {paths.block_size}, got {block_size}")
 
     sim = _Sim(w, paths, cost, cap, max_batch, chunk, bool(prefill_only))
+    if closed:
+        pred = np.asarray(w.predecessor, dtype=np.int64)
+        nxt = np.full(n, -1, dtype=np.int64)
+        has = pred >= 0
+        nxt[pred[has]] = np.flatnonzero(has)
+        sim.nxt = nxt.tolist()
+        sim.think = (np.asarray(w.think_s, dtype=float) / speedup).tolist()
 
     def make_router(n: int):
         return routing.make_router(
@@ -528,27 +794,63 @@ def simulate(
             view=view,
             vnodes=vnodes,
             slack=slack,
+            load_factor=load_factor,
+            cache_threshold=cache_threshold,
+            balance_abs=balance_abs,
+            balance_rel=balance_rel,
+            overlap_weight=overlap_weight,
+            block_size=bs,
         )
 
     router = make_router(R)
-    t0 = float(arr[0])
-    reps = [_Replica(sim, t0) for _ in range(R)]
-    known: list[dict] = [dict() for _ in range(R)]
-    ca = policy == "cache_aware"
+    t0 = float(fixed_t[0])
+    ends = sim.ends
+    reps = []
+    for r in range(R):
+        ends.append(_INF)
+        reps.append(_Replica(sim, r, t0))
+    signals = routing.SIGNALS[policy]
+    uses_cache = "matched_tokens" in signals
     stale = view == "stale"
+    known: list[OrderedDict] = [OrderedDict() for _ in range(R)]
+    known_used = [0] * R
     outstanding = load == "outstanding"
     keys = np.asarray(w.key).tolist()
-    arr_l = arr.tolist()
     choice = [0] * n
+    arrival = [math.nan] * n
+    order: list[int] = []
     seen_keys: dict = {}
     keys_moved = None
     ks_l, ns_l, mh_l, est_l, prompt_l = sim.ks, sim.ns, sim.mh, sim.est, sim.prompt
-    for i in range(n):
-        t = arr_l[i]
+    pending = sim.pending
+    ptr, nf = 0, len(fixed_t)
+    while True:
+        tf = fixed_t[ptr] if ptr < nf else _INF
+        tp = pending[0][0] if pending else _INF
+        ta = tf if tf <= tp else tp
+        while True:  # every run of steps that ends before the next arrival
+            e = min(ends)
+            if e >= ta:
+                break
+            reps[ends.index(e)].step()
+            if pending and pending[0][0] < ta:
+                tp = ta = pending[0][0]
+        if ta == _INF:
+            break
+        if tf <= tp:
+            i = fixed_r[ptr]
+            ptr += 1
+        else:
+            i = heapq.heappop(pending)[1]
+        t = ta
+        arrival[i] = t
+        order.append(i)
         if t >= add_at:
             add_at = _INF
-            reps.append(_Replica(sim, t))
-            known.append(dict())
+            ends.append(_INF)
+            reps.append(_Replica(sim, R, t))
+            known.append(OrderedDict())
+            known_used.append(0)
             new = _grow(router, policy, sticky, R + 1, make_router)
             if policy == "sticky":
                 moved = sum(router.choose(k) != new.choose(k) for k in seen_keys)
@@ -556,53 +858,79 @@ def simulate(
             router, R = new, R + 1
         key = keys[i]
         ks, ns, mh = ks_l[i], ns_l[i], mh_l[i]
-        if ca:
-            for rp in reps:
-                rp.advance(t)
+        if uses_cache:
+            src = known if stale else [rp.cache for rp in reps]
+            m = [_match(od, ks, ns, mh) * sim.bs for od in src]
+            if policy == "cache_aware":
+                loads = (
+                    [rp.out_tokens for rp in reps] if outstanding else [rp.assigned for rp in reps]
+                )
+                r = router.choose(key, m, loads)
+            elif policy == "sglang":
+                best = max(range(R), key=m.__getitem__)
+                tree = known_used if stale else [rp.used for rp in reps]
+                r = router.choose(
+                    key,
+                    m,
+                    [rp.n_sys for rp in reps],
+                    prompt_l[i],
+                    [u * sim.bs for u in tree],
+                    _deepest(src[best], ks, ns),
+                )
+            else:  # dynamo
+                act = [(rp.active + _new_blocks(rp.inflight, ks, ns)) * sim.bs for rp in reps]
+                r = router.choose(key, m, [rp.out_tokens for rp in reps], prompt_l[i], act)
             if stale:
-                m = [_match(kn, ks, ns, mh) * sim.bs for kn in known]
-            else:
-                m = [_match(rp.cache, ks, ns, mh) * sim.bs for rp in reps]
-            loads = [rp.out_tokens for rp in reps] if outstanding else [rp.assigned for rp in reps]
-            r = router.choose(key, m, loads)
-            if stale:
-                kn = known[r]
-                for kk, nb in zip(ks, ns, strict=True):
-                    if kn.get(kk, 0) < nb:
-                        kn[kk] = nb
-            rp = reps[r]
+                known_used[r] = _touch(known[r], ks, ns, known_used[r], rec_cap)
+        elif policy == "bounded_ring":
+            r = router.choose(key, None, [rp.n_sys for rp in reps])
         else:
             r = router.choose(key)
-            rp = reps[r]
-            rp.advance(t)
+        rp = reps[r]
         if policy == "sticky":
             seen_keys[key] = None
         choice[i] = r
         est = prompt_l[i] - _match(rp.cache, ks, ns, mh) * sim.bs
         est_l[i] = est
         rp.add(i, est, t)
-    for rp in reps:
-        rp.advance(_INF)
 
-    finish = np.asarray(sim.finish)
+    perm = np.asarray(order, dtype=np.int64)
+    if len(perm) != n:  # pragma: no cover - every request arrives exactly once
+        raise RuntimeError(f"{len(perm)} of {n} requests arrived")
+    arr = np.asarray(arrival)[perm]
+    finish = np.asarray(sim.finish)[perm]
     end = float(finish.max())
     area = sum(rp.area for rp in reps)
+    predecessor = None
+    count_until = None
+    if warmup_s is not None:
+        warmup = min(int(np.searchsorted(arr, warmup_s, side="left")), n - 1)
+    if closed:
+        pos = np.empty(n, dtype=np.int64)
+        pos[perm] = np.arange(n)
+        p = np.asarray(w.predecessor, dtype=np.int64)[perm]
+        predecessor = np.where(p >= 0, pos[np.maximum(p, 0)], -1)
+        count_until = int(np.searchsorted(arr, fixed_t[-1], side="right"))
+        if count_until <= warmup:
+            raise ValueError(
+                f"warmup must leave requests before the last session starts at "
+                f"{fixed_t[-1]:.1f} s ({count_until} requests), got {warmup} requests"
+            )
+    out_tokens = (
+        np.ones(n, dtype=np.int64) if prefill_only else np.asarray(w.output_tokens, dtype=np.int64)
+    )
     return QueueResult(
         policy=policy,
         replicas=R,
         warmup=warmup,
         arrival_s=arr,
-        start_s=np.asarray(sim.start),
-        first_token_s=np.asarray(sim.first),
+        start_s=np.asarray(sim.start)[perm],
+        first_token_s=np.asarray(sim.first)[perm],
         finish_s=finish,
-        prompt_tokens=np.asarray(w.prompt_tokens, dtype=np.int64),
-        output_tokens=(
-            np.ones(n, dtype=np.int64)
-            if prefill_only
-            else np.asarray(w.output_tokens, dtype=np.int64)
-        ),
-        hit_tokens=np.asarray(sim.hit, dtype=np.int64),
-        replica=np.asarray(choice, dtype=np.int64),
+        prompt_tokens=np.asarray(w.prompt_tokens, dtype=np.int64)[perm],
+        output_tokens=out_tokens[perm],
+        hit_tokens=np.asarray(sim.hit, dtype=np.int64)[perm],
+        replica=np.asarray(choice, dtype=np.int64)[perm],
         busy_s=np.array([rp.busy_s for rp in reps]),
         prefill_busy_s=np.array([rp.prefill_busy_s for rp in reps]),
         online_s=np.array([rp.online_s for rp in reps]),
@@ -612,6 +940,7 @@ def simulate(
         keys_moved=keys_moved,
         params=dict(
             rate_rps=rate_rps,
+            closed_loop=closed,
             speedup=speedup,
             cache_tokens=cache_tokens,
             seed=seed,
@@ -626,15 +955,20 @@ def simulate(
             guard_slack_tokens=slack,
             sticky=sticky,
             vnodes=vnodes,
+            record_tokens=record_tokens,
+            warmup_s=warmup_s,
             cost=cost,
+            router=router,
         ),
+        predecessor=predecessor,
+        count_until=count_until,
     )
 
 
 def _grow(router, policy, sticky, R, make_router):
     """The router after one replica joins: a ring gains the new replica's points, the others are
     rebuilt by ``make_router(R)`` (modulo-sticky then maps key mod R)."""
-    if policy == "sticky" and sticky == "ring":
+    if (policy == "sticky" and sticky == "ring") or policy == "bounded_ring":
         import copy
 
         new = copy.deepcopy(router)
@@ -673,15 +1007,85 @@ def sweep_rate(
     return out
 
 
-def bench(requests: int = 100_000, replicas: int = 8, rate_rps: float = 20.0) -> dict:
-    """Time one run per policy of ``requests`` demo chat requests on ``replicas`` replicas (one
-    core) and print the times. Returns {policy: seconds}."""
-    from .workload import ChatWorkload
+#: the routers compared side by side in time: name -> simulate() keywords
+ROUTERS = {
+    "random": dict(policy="random"),
+    "sticky": dict(policy="sticky"),
+    "bounded_ring": dict(policy="bounded_ring"),
+    "guard_cumulative": dict(policy="cache_aware", load="cumulative"),
+    "guard_live": dict(policy="cache_aware", load="outstanding"),
+    "sglang": dict(policy="sglang"),
+    "dynamo": dict(policy="dynamo"),
+}
+ROUTER_LABELS = {
+    "random": "Random",
+    "sticky": "Sticky hash",
+    "bounded_ring": "Ring, bounded loads",
+    "guard_cumulative": "Guarded argmax, cumulative load",
+    "guard_live": "Guarded argmax, live load",
+    "sglang": "SGLang rule",
+    "dynamo": "Dynamo rule",
+}
+#: the figures :func:`compare` summarises over seeds
+METRICS = ("hit_rate", "ttft_p50_s", "ttft_p95_s", "imbalance")
 
-    w = ChatWorkload(requests=check_int("requests", requests, lo=1))
+
+def _metrics(r: QueueResult) -> dict:
+    return {
+        "hit_rate": r.hit_rate,
+        "ttft_p50_s": r.percentile("ttft", 50),
+        "ttft_p95_s": r.percentile("ttft", 95),
+        "imbalance": r.imbalance,
+    }
+
+
+def compare(
+    variants: dict | None = None,
+    *,
+    rate_rps: float = 20.0,
+    requests: int = 4_000,
+    warmup_s: float = 100.0,
+    seeds=None,
+    progress: bool = False,
+    workload: dict | None = None,
+    **kwargs,
+) -> dict:
+    """Each variant ({name: simulate() keywords}, default :data:`ROUTERS`) on closed-loop chats
+    over ``seeds`` (default :data:`kvlab.seeds.DEFAULT_SEEDS`): per seed one
+    :class:`ChatSessions` of ``requests`` (``workload``: its other arguments) served at
+    ``rate_rps`` by every variant, statistics from ``warmup_s`` to the last session's start.
+    Returns {name: {metric: Spread}} for :data:`METRICS`."""
+    from .seeds import DEFAULT_SEEDS, summarise
+
+    variants = ROUTERS if variants is None else variants
+    sds = list(DEFAULT_SEEDS if seeds is None else seeds)
+    it = sds
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(sds, desc="seeds", leave=False)
+    rows: dict = {name: {m: [] for m in METRICS} for name in variants}
+    for seed in it:
+        w = ChatSessions(requests=requests, seed=seed, **(workload or {}))
+        paths = w.paths(kwargs.get("block_size", 16))
+        for name, kw in variants.items():
+            r = simulate(
+                w, rate_rps=rate_rps, seed=seed, warmup_s=warmup_s, paths=paths, **kwargs, **kw
+            )
+            for m, v in _metrics(r).items():
+                rows[name][m].append(v)
+    return {
+        name: {m: summarise(vals, sds) for m, vals in per.items()} for name, per in rows.items()
+    }
+
+
+def bench(requests: int = 100_000, replicas: int = 8, rate_rps: float = 20.0) -> dict:
+    """Time one run per policy of ``requests`` closed-loop chat requests on ``replicas`` replicas
+    (one core) and print the times. Returns {policy: seconds}."""
+    w = ChatSessions(requests=check_int("requests", requests, lo=1))
     paths = w.paths(16)
     times = {}
-    for p in routing.POLICIES:
+    for p in routing.ALL_POLICIES:
         t = time.perf_counter()
         simulate(w, policy=p, replicas=replicas, rate_rps=rate_rps, paths=paths)
         times[p] = time.perf_counter() - t

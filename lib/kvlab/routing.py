@@ -26,12 +26,33 @@ Policies:
 passes the router's own record of what it routed where (it never learns of evictions, like
 SGLang's approximate radix tree); under "exact" the real cache contents (replicas report KV events,
 like NVIDIA Dynamo's KV router). The router itself only sees the numbers it is given.
+
+Production rules, for the timed simulator (:mod:`kvlab.queueing`), which passes the extra signals
+each one needs (see :data:`SIGNALS`):
+
+- ``bounded_ring``: consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam,
+  2018): walk the ring from the key's point to the first replica whose live request count is
+  below ceil(c x (total + 1) / N), ``load_factor`` c = 1.25.
+- ``sglang``: SGLang's cache-aware router (sgl-model-gateway, ``policies/cache_aware.rs``): if the
+  live request counts are imbalanced (max - min > ``balance_abs`` = 64 *and* max > ``balance_rel``
+  = 1.5 x min) it sends the request to the least-loaded replica; otherwise, if the longest match in
+  its approximate tree covers more than ``cache_threshold`` = 0.3 of the prompt it sends it to that
+  replica (the first tenant of the deepest matched node, an arbitrary but fixed order per node),
+  else to the replica with the smallest tree. Its tree is its own record of what it routed where,
+  pruned LRU (the caller's ``view="stale"`` record).
+- ``dynamo``: NVIDIA Dynamo's KV router: the lowest cost
+  ``overlap_weight x prefill_blocks + active_blocks``, where prefill_blocks = (the replica's
+  outstanding prefill tokens + this prompt's uncached tokens there) / block_size and active_blocks
+  = distinct blocks held by the replica's requests in flight, this request's included (a block
+  shared by several counts once); ``overlap_weight`` = 1 and
+  temperature 0 (argmin, ties at random) are Dynamo's defaults. Its view is exact (KV events).
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
+import math
 
 import numpy as np
 
@@ -40,7 +61,13 @@ from ._validate import check_choice, check_int, check_number, non_negative
 __all__ = [
     "POLICIES",
     "CacheAwareRouter",
+    "ALL_POLICIES",
+    "BoundedRingRouter",
+    "DynamoRouter",
     "HashRing",
+    "PRODUCTION_POLICIES",
+    "SGLangRouter",
+    "SIGNALS",
     "RandomRouter",
     "RoundRobinRouter",
     "Router",
@@ -50,6 +77,19 @@ __all__ = [
 ]
 
 POLICIES = ("random", "round_robin", "sticky", "cache_aware")
+#: rules of production routers, simulated in time by :mod:`kvlab.queueing` (not by kvlab.fleet)
+PRODUCTION_POLICIES = ("bounded_ring", "sglang", "dynamo")
+ALL_POLICIES = POLICIES + PRODUCTION_POLICIES
+#: what each policy's ``choose`` reads besides the key (for a simulator)
+SIGNALS = {
+    "random": (),
+    "round_robin": (),
+    "sticky": (),
+    "cache_aware": ("matched_tokens", "loads"),
+    "bounded_ring": ("loads",),
+    "sglang": ("matched_tokens", "loads", "prompt_tokens", "tree_tokens", "node"),
+    "dynamo": ("matched_tokens", "loads", "prompt_tokens", "active_tokens"),
+}
 _BUFFER = 4096
 
 
@@ -89,6 +129,21 @@ class HashRing:
         h = stable_hash(key, self.seed)
         i = bisect.bisect_right(self._points, h)
         return self._owners[i % len(self._points)]
+
+    def walk(self, key):
+        """The replicas in the order a bounded-load lookup tries them: the owner of ``key``, then
+        each further distinct owner clockwise."""
+        h = stable_hash(key, self.seed)
+        i = bisect.bisect_right(self._points, h)
+        seen: set[int] = set()
+        n = len(self._points)
+        for j in range(n):
+            r = self._owners[(i + j) % n]
+            if r not in seen:
+                seen.add(r)
+                yield r
+                if len(seen) == self.replicas:
+                    return
 
     def lookup_many(self, keys) -> np.ndarray:
         return np.array(
@@ -233,6 +288,117 @@ class CacheAwareRouter(Router):
         raise TypeError("cache_aware needs matched_tokens and loads per request: call choose()")
 
 
+def _check_shape(name: str, x, replicas: int) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    if a.shape != (replicas,):
+        raise ValueError(f"{name} must have shape ({replicas},), got {a.shape}")
+    return a
+
+
+class BoundedRingRouter(Router):
+    """Consistent hashing with bounded loads: the key's ring owner unless its live load (requests
+    in flight) has reached ceil(load_factor x (total + 1) / N); then the next owner clockwise."""
+
+    policy = "bounded_ring"
+
+    def __init__(self, replicas: int, load_factor: float = 1.25, vnodes: int = 100, seed: int = 0):
+        super().__init__(replicas)
+        self.load_factor = check_number("load_factor", load_factor, lo=1.0)
+        self.ring = HashRing(replicas, vnodes, seed)
+
+    def choose(self, key, matched_tokens=None, loads=None) -> int:
+        ld = _check_shape("loads", loads, self.replicas)
+        cap = math.ceil(self.load_factor * (float(ld.sum()) + 1) / self.replicas)
+        k = int(key) if isinstance(key, np.integer) else key
+        for r in self.ring.walk(k):
+            if ld[r] < cap:
+                return r
+        return int(np.argmin(ld))  # pragma: no cover - some replica is always below the cap
+
+
+class SGLangRouter(Router):
+    """SGLang's cache-aware rule (see the module docstring). ``loads``: live request counts;
+    ``tree_tokens``: the size of each replica's part of the router's tree; ``node``: the deepest
+    matched entry (its key fixes the order in which tied replicas are tried)."""
+
+    policy = "sglang"
+
+    def __init__(
+        self,
+        replicas: int,
+        cache_threshold: float = 0.3,
+        balance_abs: float = 64,
+        balance_rel: float = 1.5,
+        seed: int = 0,
+    ):
+        super().__init__(replicas)
+        self.cache_threshold = check_number("cache_threshold", cache_threshold, lo=0, hi=1)
+        self.balance_abs = non_negative("balance_abs", balance_abs)
+        self.balance_rel = check_number("balance_rel", balance_rel, lo=1)
+        self.seed = check_int("seed", seed, lo=0)
+        self._order: dict = {}
+        #: how often each branch was taken: imbalanced, cache match, smallest tree
+        self.branches = {"imbalanced": 0, "match": 0, "smallest_tree": 0}
+
+    def _rank(self, node) -> list[int]:
+        rank = self._order.get(node)
+        if rank is None:
+            rank = [stable_hash(f"{node}/{r}", self.seed) for r in range(self.replicas)]
+            self._order[node] = rank
+        return rank
+
+    def choose(
+        self, key, matched_tokens, loads, prompt_tokens=1, tree_tokens=None, node=None
+    ) -> int:
+        ld = _check_shape("loads", loads, self.replicas)
+        m = _check_shape("matched_tokens", matched_tokens, self.replicas)
+        hi, lo = float(ld.max()), float(ld.min())
+        if hi - lo > self.balance_abs and hi > self.balance_rel * lo:
+            self.branches["imbalanced"] += 1
+            return int(np.argmin(ld))
+        best = float(m.max())
+        if best / max(float(prompt_tokens), 1.0) > self.cache_threshold:
+            self.branches["match"] += 1
+            tied = np.flatnonzero(m == best).tolist()
+            if len(tied) == 1:
+                return tied[0]
+            rank = self._rank(node)
+            return min(tied, key=rank.__getitem__)
+        self.branches["smallest_tree"] += 1
+        tree = np.zeros(self.replicas) if tree_tokens is None else tree_tokens
+        return int(np.argmin(_check_shape("tree_tokens", tree, self.replicas)))
+
+
+class DynamoRouter(Router):
+    """NVIDIA Dynamo's KV-router cost (see the module docstring). ``loads``: outstanding prefill
+    tokens per replica; ``active_tokens``: tokens held by requests in flight."""
+
+    policy = "dynamo"
+
+    def __init__(
+        self, replicas: int, overlap_weight: float = 1.0, block_size: int = 16, seed: int = 0
+    ):
+        super().__init__(replicas)
+        self.overlap_weight = non_negative("overlap_weight", overlap_weight)
+        self.block_size = check_int("block_size", block_size, lo=1)
+        self.rng = np.random.default_rng(check_int("seed", seed, lo=0))
+
+    def cost(self, matched_tokens, loads, prompt_tokens, active_tokens) -> np.ndarray:
+        """Each replica's cost in blocks (lower is better)."""
+        m = _check_shape("matched_tokens", matched_tokens, self.replicas)
+        ld = _check_shape("loads", loads, self.replicas)
+        act = _check_shape("active_tokens", active_tokens, self.replicas)
+        prefill = (ld + np.maximum(float(prompt_tokens) - m, 0.0)) / self.block_size
+        return self.overlap_weight * prefill + act / self.block_size
+
+    def choose(self, key, matched_tokens, loads, prompt_tokens=0, active_tokens=None) -> int:
+        if active_tokens is None:
+            active_tokens = np.zeros(self.replicas)
+        c = self.cost(matched_tokens, loads, prompt_tokens, active_tokens)
+        tied = np.flatnonzero(c == c.min())
+        return int(tied[0] if len(tied) == 1 else tied[self.rng.integers(len(tied))])
+
+
 def make_router(
     policy: str,
     replicas: int,
@@ -244,9 +410,15 @@ def make_router(
     view: str = "stale",
     vnodes: int = 100,
     slack: float = 0.0,
+    load_factor: float = 1.25,
+    cache_threshold: float = 0.3,
+    balance_abs: float = 64,
+    balance_rel: float = 1.5,
+    overlap_weight: float = 1.0,
+    block_size: int = 16,
 ) -> Router:
-    """A router for ``policy`` in POLICIES over ``replicas`` replicas (see the module docstring)."""
-    check_choice("policy", policy, set(POLICIES))
+    """A router for ``policy`` in ALL_POLICIES over ``replicas`` replicas (module docstring)."""
+    check_choice("policy", policy, set(ALL_POLICIES))
     check_choice("view", view, {"stale", "exact"})
     check_choice("sticky", sticky, {"modulo", "ring"})
     check_number("epsilon", epsilon, lo=0)
@@ -256,7 +428,13 @@ def make_router(
         router = RoundRobinRouter(replicas)
     elif policy == "sticky":
         router = StickyRouter(replicas, sticky, vnodes, seed)
-    else:
+    elif policy == "cache_aware":
         router = CacheAwareRouter(replicas, epsilon, lam, view, slack)
+    elif policy == "bounded_ring":
+        router = BoundedRingRouter(replicas, load_factor, vnodes, seed)
+    elif policy == "sglang":
+        router = SGLangRouter(replicas, cache_threshold, balance_abs, balance_rel, seed)
+    else:
+        router = DynamoRouter(replicas, overlap_weight, block_size, seed)
     router.view = view
     return router
