@@ -351,3 +351,207 @@ def arithmetic_intensity(tokens_per_pass: float, bytes_per_param: float = 2) -> 
     positive("tokens_per_pass", tokens_per_pass)
     positive("bytes_per_param", bytes_per_param)
     return evaluate("arithmetic_intensity_linear", n_b=tokens_per_pass, b=bytes_per_param)
+
+
+# --- exercises (issue 16): decode memory, network load, cost, a CPU tier, operations ------------
+
+
+def hbm_for_kv(
+    gpus: int,
+    hbm_bytes_per_gpu: float,
+    params: float,
+    bytes_per_weight: float = 2,
+    hbm_share: float = 0.9,
+) -> float:
+    """Bytes of HBM left for KV in one replica after the weights, using ``hbm_share`` of HBM."""
+    gpus = check_int("gpus", gpus, lo=1)
+    positive("hbm_bytes_per_gpu", hbm_bytes_per_gpu)
+    positive("params", params)
+    positive("bytes_per_weight", bytes_per_weight)
+    check_number("hbm_share", hbm_share, lo=0, lo_open=True, hi=1)
+    left = evaluate(
+        "hbm_for_kv",
+        u_mem=hbm_share,
+        n_gpu=gpus,
+        M_gpu=hbm_bytes_per_gpu,
+        N_params=params,
+        b_w=bytes_per_weight,
+    )
+    if left <= 0:
+        raise ValueError(
+            f"params={params:g} at {bytes_per_weight:g} B each do not fit in {gpus} x "
+            f"{hbm_bytes_per_gpu:g} B x hbm_share {hbm_share:g}; nothing is left for KV"
+        )
+    return left
+
+
+def max_batch_memory(
+    kv_bytes_available: float, prompt_tokens: float, output_tokens: float, bytes_per_token: float
+) -> int:
+    """Largest number of requests whose full KV (prompt + output tokens) fits (rounded down)."""
+    positive("kv_bytes_available", kv_bytes_available)
+    non_negative("prompt_tokens", prompt_tokens)
+    non_negative("output_tokens", output_tokens)
+    positive("bytes_per_token", bytes_per_token)
+    if prompt_tokens + output_tokens <= 0:
+        raise ValueError("prompt_tokens + output_tokens must be > 0, got 0")
+    return _floor(
+        evaluate(
+            "max_batch_memory",
+            M_kv=kv_bytes_available,
+            P=prompt_tokens,
+            O=output_tokens,
+            beta=bytes_per_token,
+        )
+    )
+
+
+def decode_replicas_with_memory(
+    rate_rps: float,
+    output_tokens: float,
+    tpot_s: float,
+    memory_batch: int,
+    decode_base_s: float = 0.020,
+    decode_per_request_s: float = 0.0002,
+) -> tuple[int, int]:
+    """(decode replicas, batch used): concurrency over the smaller of the TPOT and memory limits."""
+    memory_batch = check_int("memory_batch", memory_batch, lo=1)
+    batch = min(max_decode_batch(tpot_s, decode_base_s, decode_per_request_s), memory_batch)
+    return max(_ceil(decode_concurrency(rate_rps, output_tokens, tpot_s) / batch), 1), batch
+
+
+def kv_stream_bandwidth(rate_rps: float, prompt_tokens: float, bytes_per_token: float) -> float:
+    """Bytes per second of KV the prefill pool ships to the decode pool, sustained."""
+    positive("rate_rps", rate_rps)
+    non_negative("prompt_tokens", prompt_tokens)
+    positive("bytes_per_token", bytes_per_token)
+    if prompt_tokens == 0:
+        return 0.0
+    return evaluate(
+        "kv_stream_bandwidth", **{"lambda": rate_rps}, P=prompt_tokens, beta=bytes_per_token
+    )
+
+
+def incast_seconds(senders: int, n_bytes: float, link_bytes_per_s: float, links: int = 1) -> float:
+    """Time for ``senders`` transfers of ``n_bytes`` each to enter one receiver over ``links``."""
+    senders = check_int("senders", senders, lo=1)
+    positive("n_bytes", n_bytes)
+    positive("link_bytes_per_s", link_bytes_per_s)
+    links = check_int("links", links, lo=1)
+    return evaluate("incast_seconds", k_in=senders, B=n_bytes, W=link_bytes_per_s, n_links=links)
+
+
+def replicas_with_headroom(
+    demand_tokens_per_s: float, tokens_per_s_per_replica: float = 10_000, max_busy: float = 0.9
+) -> int:
+    """Replicas that keep each one at most ``max_busy`` busy (at 100 % a queue never drains)."""
+    positive("demand_tokens_per_s", demand_tokens_per_s)
+    positive("tokens_per_s_per_replica", tokens_per_s_per_replica)
+    check_number("max_busy", max_busy, lo=0, lo_open=True, hi=1)
+    return _ceil(
+        evaluate(
+            "replicas_with_headroom",
+            X=demand_tokens_per_s,
+            mu=tokens_per_s_per_replica,
+            rho_max=max_busy,
+        )
+    )
+
+
+def cost_per_request(
+    rate_rps: float,
+    prefill_replicas: int,
+    decode_replicas: int,
+    prefill_gpu_per_hour: float,
+    decode_gpu_per_hour: float,
+    gpus_per_replica: int = 8,
+) -> float:
+    """Dollars per request: both pools' GPU-hours per second divided by requests per second."""
+    positive("rate_rps", rate_rps)
+    prefill_replicas = check_int("prefill_replicas", prefill_replicas, lo=0)
+    decode_replicas = check_int("decode_replicas", decode_replicas, lo=1)
+    positive("prefill_gpu_per_hour", prefill_gpu_per_hour)
+    positive("decode_gpu_per_hour", decode_gpu_per_hour)
+    g = check_int("gpus_per_replica", gpus_per_replica, lo=1)
+    return evaluate(
+        "cost_per_request",
+        **{"lambda": rate_rps},
+        n_P=prefill_replicas,
+        n_D=decode_replicas,
+        g_P=g,
+        g_D=g,
+        c_P=prefill_gpu_per_hour,
+        c_D=decode_gpu_per_hour,
+    )
+
+
+def max_decode_batch_other_gpu(
+    tpot_s: float,
+    hbm_bytes_per_s: float,
+    reference_hbm_bytes_per_s: float,
+    decode_base_s: float = 0.020,
+    decode_per_request_s: float = 0.0002,
+) -> int:
+    """Largest batch meeting ``tpot_s`` when the bandwidth-bound step runs on another GPU.
+
+    0 means the GPU cannot meet the target even with one request."""
+    positive("tpot_s", tpot_s)
+    positive("hbm_bytes_per_s", hbm_bytes_per_s)
+    positive("reference_hbm_bytes_per_s", reference_hbm_bytes_per_s)
+    positive("decode_base_s", decode_base_s)
+    positive("decode_per_request_s", decode_per_request_s)
+    n = evaluate(
+        "max_decode_batch_other_gpu",
+        T=tpot_s,
+        W_new=hbm_bytes_per_s,
+        W_ref=reference_hbm_bytes_per_s,
+        a=decode_base_s,
+        k=decode_per_request_s,
+    )
+    return max(_floor(n), 0)
+
+
+def live_conversations(turn_rate_rps: float, seconds_between_turns: float) -> float:
+    """Conversations alive at once (Little's law): turns per second x seconds between turns."""
+    positive("turn_rate_rps", turn_rate_rps)
+    positive("seconds_between_turns", seconds_between_turns)
+    return evaluate("live_conversations", **{"lambda": turn_rate_rps}, T_back=seconds_between_turns)
+
+
+def tier_capacity_bytes(
+    turn_rate_rps: float,
+    seconds_between_turns: float,
+    history_tokens: float,
+    bytes_per_token: float,
+) -> float:
+    """Memory that keeps every live conversation's history of ``history_tokens`` tokens."""
+    positive("turn_rate_rps", turn_rate_rps)
+    positive("seconds_between_turns", seconds_between_turns)
+    positive("history_tokens", history_tokens)
+    positive("bytes_per_token", bytes_per_token)
+    return evaluate(
+        "tier_capacity_bytes",
+        **{"lambda": turn_rate_rps},
+        T_back=seconds_between_turns,
+        H=history_tokens,
+        beta=bytes_per_token,
+    )
+
+
+def restart_lost_tokens(
+    turn_rate_rps: float, seconds_between_turns: float, history_tokens: float, replicas: int
+) -> float:
+    """History tokens recomputed once after a cache-aware router loses its record."""
+    positive("turn_rate_rps", turn_rate_rps)
+    positive("seconds_between_turns", seconds_between_turns)
+    non_negative("history_tokens", history_tokens)
+    replicas = check_int("replicas", replicas, lo=1)
+    if history_tokens == 0:
+        return 0.0
+    return evaluate(
+        "restart_lost_tokens",
+        **{"lambda": turn_rate_rps},
+        T_back=seconds_between_turns,
+        H=history_tokens,
+        N=replicas,
+    )

@@ -352,6 +352,124 @@ FORMULAS: dict[str, Formula] = {
 }
 
 
+# --- exercises (issue 16): decode memory, network load, cost, a CPU tier, operations ------------
+u_mem = sp.Symbol("u_mem", positive=True)  # share of HBM the engine may use (vLLM default 0.9)
+M_gpu = sp.Symbol("M_gpu", positive=True)  # HBM of one GPU, bytes
+b_w = sp.Symbol("b_w", positive=True)  # bytes per weight (2 for fp16)
+M_kv = sp.Symbol("M_kv", positive=True)  # HBM left for KV in one replica, bytes
+n_mem = sp.Symbol("n_mem", positive=True)  # requests whose KV fits at once
+k_in = sp.Symbol("k_in", positive=True)  # senders converging on one receiver at once
+rho_max = sp.Symbol("rho_max", positive=True)  # highest busy share a pool is sized for
+g_P = sp.Symbol("g_P", positive=True)  # GPUs per prefill replica
+g_D = sp.Symbol("g_D", positive=True)  # GPUs per decode replica
+c_P = sp.Symbol("c_P", positive=True)  # price of a prefill GPU, $ per GPU-hour
+c_D = sp.Symbol("c_D", positive=True)  # price of a decode GPU, $ per GPU-hour
+n_P = sp.Symbol("n_P", positive=True)  # prefill replicas
+n_D = sp.Symbol("n_D", positive=True)  # decode replicas
+W_ref = sp.Symbol("W_ref", positive=True)  # HBM bandwidth the decode step costs were set on
+W_new = sp.Symbol("W_new", positive=True)  # HBM bandwidth of the other GPU
+T_back = sp.Symbol("T_back", positive=True)  # mean time between a conversation's turns, s
+
+# A bandwidth-bound decode step reads the same bytes on any GPU, so its time scales with
+# W_ref / W_new; the largest batch on that GPU is that step time set equal to T, solved for n_b.
+_STEP_OTHER = (a + k * n_b) * W_ref / W_new
+_MAX_BATCH_OTHER = sp.solve(sp.Eq(_STEP_OTHER, T), n_b)[0]
+# KV memory: n requests of P + O tokens each fill M_kv, solved for n.
+_HBM_FOR_KV = u_mem * n_gpu * M_gpu - N_params * b_w
+_MAX_BATCH_MEMORY = sp.solve(sp.Eq(n_mem * (P + O_out) * beta, M_kv), n_mem)[0]
+# k senders each moving B bytes into one receiver share its n_links links (transfer_seconds, t_0 = 0).
+_INCAST = (t_0 + B_kv / (n_links * W)).subs({B_kv: k_in * B_kv, t_0: 0})
+# After the router forgets, a conversation's next turn finds its history with probability 1/N:
+# the history tokens lost are cache-aware minus random cached tokens, for every live conversation.
+_LIVE_CONVERSATIONS = (lam * R_time).subs(R_time, T_back)
+_RESTART_LOST = sp.simplify(_LIVE_CONVERSATIONS * ((S + H) - (S + H / N)))
+
+FORMULAS.update(
+    {
+        f.name: f
+        for f in [
+            _f(
+                "hbm_for_kv",
+                M_kv,
+                _HBM_FOR_KV,
+                "HBM left for KV in a replica of n_gpu GPUs after the weights, at share u_mem",
+                "bytes",
+            ),
+            _f(
+                "max_batch_memory",
+                n_mem,
+                _MAX_BATCH_MEMORY,
+                "requests whose whole KV (prompt plus output) fits in M_kv (round down)",
+                "requests",
+            ),
+            _f(
+                "kv_stream_bandwidth",
+                "W_kv",
+                lam * P * beta,
+                "bytes per second the prefill pool ships to the decode pool",
+                "bytes/s",
+            ),
+            _f(
+                "incast_seconds",
+                "t_incast",
+                _INCAST,
+                "time for k senders' KV of B bytes each to enter one receiver over n_links links",
+                "s",
+            ),
+            _f(
+                "replicas_with_headroom",
+                "n_dep",
+                X / (mu * rho_max),
+                "replicas that keep each one at most rho_max busy (round up to deploy)",
+                "replicas",
+            ),
+            _f(
+                "cost_per_request",
+                "c_req",
+                (n_P * g_P * c_P + n_D * g_D * c_D) / (3600 * lam),
+                "dollars per request: GPU-hours of both pools per second over requests per second",
+                "$",
+            ),
+            _f(
+                "decode_step_other_gpu",
+                "t_step_other",
+                _STEP_OTHER,
+                "bandwidth-bound decode step moved to a GPU with HBM bandwidth W_new",
+                "s",
+            ),
+            _f(
+                "max_decode_batch_other_gpu",
+                "n_max_other",
+                _MAX_BATCH_OTHER,
+                "largest batch meeting T on that GPU (round down)",
+                "requests",
+            ),
+            _f(
+                "live_conversations",
+                "Q_conv",
+                _LIVE_CONVERSATIONS,
+                "conversations alive at once (Little's law): turn rate x time between turns",
+                "conversations",
+            ),
+            _f(
+                "tier_capacity_bytes",
+                "M_tier",
+                _LIVE_CONVERSATIONS * H * beta,
+                "memory to keep every live conversation's history of H tokens",
+                "bytes",
+            ),
+            _f(
+                "restart_lost_tokens",
+                "X_lost",
+                _RESTART_LOST,
+                "history tokens recomputed once when a cache-aware router loses its record",
+                "tokens",
+            ),
+        ]
+    }
+)
+
+
 def formula(name: str) -> Formula:
     try:
         return FORMULAS[name]
