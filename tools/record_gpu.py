@@ -230,11 +230,13 @@ def main(argv=None) -> int:
             "reason": "skipped by --no-vllm" if args.no_vllm else "vllm not installed",
         }
     else:
-        from kvlab.measure import vllm_lab
+        from kvlab.measure import engine_jobs, vllm_lab
 
         try:
-            out = vllm_lab.run_offline(
-                model=args.vllm_model or vllm_lab.DEFAULT_MODEL,
+            # the same job the notebook runs on the CPU, here with the GPU's real model
+            out = engine_jobs.lab1(
+                model=args.vllm_model or vllm_lab.DEFAULT_GPU_MODEL,
+                num_blocks=None,
                 requests=30 if args.quick else 100,
                 system_tokens=2000,
             )

@@ -14,7 +14,14 @@ Submodules:
   block-hash KV prefix store and a prefill engine with real prefix reuse.
 - :mod:`.prom`: Prometheus text parsing, counter deltas and hit rates.
 - :mod:`.prompts`: the Lab 1 prompts and the hit rate they predict.
-- :mod:`.vllm_lab`: the vLLM runner (offline API, optional OpenAI-compatible server).
+- :mod:`.engine`: where the real engine runs (in-process, or the engine environment
+  ``.venv-engine`` through a subprocess that returns JSON) and its clear errors.
+- :mod:`.engine_jobs`: the engine jobs (one engine start each) the lab notebooks call.
+- :mod:`.vllm_lab`: Lab 1 on vLLM (engine settings, one request, counters), CPU and GPU alike.
+- :mod:`.server`: ``vllm serve`` on loopback, always stopped by its pid; ``/metrics``; openai client.
+- :mod:`.engine_cache`: predicting the engine's per-request cache hits (the book's cache and the
+  exact vLLM block pool).
+- :mod:`.tinymodel`: the tiny random-weight Llama and its locally trained tokenizer.
 - :mod:`.results`: writing and reading recorded GPU results (``results/*.json``).
 """
 

@@ -1,84 +1,132 @@
-"""Lab 1 on a GPU: prefix caching in vLLM, measured.
+"""Lab 1 on a real vLLM engine: the same functions on a CPU (vLLM's CPU build, the tiny model) and
+on a GPU (a real small instruct model).
 
-Two ways to drive vLLM (neither is imported until called; both need a CUDA GPU and ``vllm``):
+Everything here runs next to the engine (in-process, or inside the engine environment through
+:mod:`kvlab.measure.engine_jobs`) and returns plain numbers and token ids, so the notebook can
+check the engine against kvlab's prediction in the book's own environment.
 
-- :func:`run_offline`: the offline ``vllm.LLM`` API with ``enable_prefix_caching=True``. Requests
-  are sent one at a time with ``max_tokens=1``, so the wall time of each ``generate`` call is its
-  time to first token (TTFT). ``RequestOutput.num_cached_tokens`` gives the prefix hit of each
-  request, and ``LLM.get_metrics()`` (needs ``disable_log_stats=False``) the engine's
-  ``vllm:prefix_cache_queries`` / ``vllm:prefix_cache_hits`` counters.
-- :func:`run_server`: a running OpenAI-compatible server (``vllm serve MODEL
-  --enable-prefix-caching``, see :func:`server_command`); TTFT from a streaming completion (time to
-  the first chunk), counters from ``GET /metrics`` through the Prometheus text parser.
-
-Both build the prompts as token ids through the model's chat template, so the hit rate the
-prompts predict (:func:`kvlab.measure.prompts.predicted_hit_rate`) is computed on exactly the ids
-vLLM sees. Each experiment runs twice: the shared system prompt as is, then with a timestamp at its
-very start.
+- :func:`engine_kwargs`: how the lab configures ``vllm.LLM`` (prefix caching on, statistics on
+  for ``LLM.get_metrics()``, eager mode, the block size the device allows, optionally a pool of a
+  known number of blocks through ``num_gpu_blocks_override``).
+- :func:`send`: one request with ``max_tokens=1``: wall-clock TTFT, the engine's own first-token
+  latency (``RequestOutput.metrics.first_token_latency``), ``num_cached_tokens``.
+- :func:`counters`: the engine's ``vllm:prefix_cache_queries`` / ``vllm:prefix_cache_hits`` now.
+- :func:`run_requests`: a list of prompts one at a time, with the counters before and after.
 """
 
 from __future__ import annotations
 
-import json
-import statistics
 import time
-import urllib.request
-from datetime import datetime
+
+import numpy as np
 
 from . import prom, prompts
 
-DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
-BLOCK_SIZE = 16  # vLLM's default KV block size on CUDA
+#: The GPU path's model (downloaded from the hub on a GPU machine; never in CI).
+DEFAULT_GPU_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+#: vLLM's default block size on CUDA, and the smallest the CPU attention backend accepts (it takes
+#: multiples of 32 only).
+GPU_BLOCK_SIZE = 16
+CPU_BLOCK_SIZE = 32
+
+
+def on_gpu() -> bool:
+    """True when torch sees a CUDA GPU."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
 
 
 def pick_dtype(torch=None) -> str:
-    """'bfloat16' on GPUs that support it (Ampere and newer), else 'half' (a T4 has no bf16)."""
+    """'bfloat16' on GPUs that support it (Ampere and newer), 'half' on older ones (a T4), and
+    'float32' on a CPU."""
     if torch is None:
         import torch
+    if not torch.cuda.is_available():
+        return "float32"
     major, _ = torch.cuda.get_device_capability(0)
     return "bfloat16" if major >= 8 else "half"
 
 
 def engine_kwargs(
-    model: str = DEFAULT_MODEL,
-    dtype: str | None = None,
+    model: str,
+    block_size: int | None = None,
+    num_blocks: int | None = None,
     max_model_len: int = 4096,
+    dtype: str | None = None,
     gpu_memory_utilization: float = 0.6,
-    enforce_eager: bool = True,
     seed: int = 0,
 ) -> dict:
-    """Keyword arguments for ``vllm.LLM``: prefix caching on, stats on (for ``get_metrics``),
-    fp16 on a T4, a short context and eager mode (no CUDA-graph capture) so start-up is quick."""
-    return {
-        "model": model,
+    """Keyword arguments for ``vllm.LLM`` (and, as flags, for ``vllm serve``).
+
+    ``block_size`` defaults to 16 on a GPU and 32 on a CPU. ``num_blocks`` fixes the KV pool at
+    that many blocks (``num_gpu_blocks_override``; on a CPU too), null block included, so a cache
+    model can be given the same capacity.
+    """
+    gpu = on_gpu()
+    kw = {
+        "model": str(model),
         "enable_prefix_caching": True,
         "disable_log_stats": False,
-        "dtype": dtype or pick_dtype(),
+        "enforce_eager": True,
+        "block_size": block_size or (GPU_BLOCK_SIZE if gpu else CPU_BLOCK_SIZE),
         "max_model_len": max_model_len,
-        "gpu_memory_utilization": gpu_memory_utilization,
-        "enforce_eager": enforce_eager,
+        "dtype": dtype or pick_dtype(),
         "seed": seed,
+    }
+    if gpu:
+        kw["gpu_memory_utilization"] = gpu_memory_utilization
+    if num_blocks is not None:
+        kw["num_gpu_blocks_override"] = int(num_blocks)
+    return kw
+
+
+def counters(llm) -> prom.PrefixCounters:
+    """The engine's prefix-cache counters now (``LLM.get_metrics()``, needs stats on)."""
+    return prom.prefix_cache_counters(prom.flatten_vllm_metrics(llm.get_metrics()))
+
+
+def send(llm, ids: list[int]) -> dict:
+    """One request of ``ids`` with ``max_tokens=1``: ``ttft_s`` (wall clock around the call),
+    ``engine_ttft_s`` (the engine's first-token latency, from arrival to first token),
+    ``cached_tokens``."""
+    from vllm import SamplingParams
+
+    sp = SamplingParams(max_tokens=1, temperature=0.0)
+    t0 = time.perf_counter()
+    out = llm.generate([{"prompt_token_ids": [int(t) for t in ids]}], sp, use_tqdm=False)[0]
+    wall = time.perf_counter() - t0
+    m = getattr(out, "metrics", None)
+    engine = getattr(m, "first_token_latency", None)
+    return {
+        "ttft_s": wall,
+        "engine_ttft_s": None if engine is None else float(engine),
+        "cached_tokens": int(out.num_cached_tokens or 0),
+        "prompt_tokens": len(ids),
     }
 
 
-def server_command(
-    model: str = DEFAULT_MODEL, port: int = 8000, dtype: str = "half", max_model_len: int = 4096
-) -> list[str]:
-    """The command that starts the OpenAI-compatible server for :func:`run_server`."""
-    return [
-        "vllm",
-        "serve",
-        model,
-        "--port",
-        str(port),
-        "--enable-prefix-caching",
-        "--enable-prompt-tokens-details",
-        "--dtype",
-        dtype,
-        "--max-model-len",
-        str(max_model_len),
-        "--enforce-eager",
-    ]
+def run_requests(llm, prompt_ids: list[list[int]]) -> dict:
+    """Send every prompt one at a time; per-request figures and the counters before and after."""
+    before = counters(llm)
+    rows = [send(llm, ids) for ids in prompt_ids]
+    after = counters(llm)
+    return {
+        "ttft_s": [r["ttft_s"] for r in rows],
+        "engine_ttft_s": [r["engine_ttft_s"] for r in rows],
+        "cached_tokens": [r["cached_tokens"] for r in rows],
+        "prompt_tokens": [r["prompt_tokens"] for r in rows],
+        "counters_before": {"queries": before.queries, "hits": before.hits, "name": before.source},
+        "counters_after": {"queries": after.queries, "hits": after.hits, "name": after.source},
+    }
+
+
+def reset_cache(llm) -> None:
+    """Empty the engine's prefix cache (every request must have finished)."""
+    if not llm.reset_prefix_cache():
+        raise RuntimeError("vLLM refused to reset its prefix cache: a request is still running")
 
 
 def trimmed_system_prompt(tokenizer, system_tokens: int = 2000, seed: int = 0) -> str:
@@ -99,164 +147,27 @@ def chat_ids(tokenizer, system: str, user: str) -> list[int]:
     return [int(t) for t in ids]
 
 
-def _now_stamp() -> str:
-    return f"Current date and time: {datetime.now().isoformat(sep=' ', timespec='microseconds')}\n"
+def lab1_prompts(tokenizer, requests: int, system_tokens: int, timestamp: bool) -> list[list[int]]:
+    """Lab 1's chat prompts as token ids: one shared system prompt, a different question each;
+    with ``timestamp`` a (deterministic) timestamp line starts every system prompt."""
+    system = trimmed_system_prompt(tokenizer, system_tokens)
+    out = []
+    for i, q in enumerate(prompts.questions(requests)):
+        s = prompts.timestamp_text(i) + system if timestamp else system
+        out.append(chat_ids(tokenizer, s, q))
+    return out
 
 
-def _counters_offline(llm):
-    if not hasattr(llm, "get_metrics"):
-        return None
-    try:
-        return prom.prefix_cache_counters(prom.flatten_vllm_metrics(llm.get_metrics()))
-    except ValueError:
-        return None
+def random_prompts(lengths: list[int], vocab: int, seed: int = 0, low: int = 16) -> list[list[int]]:
+    """Prompts of the given lengths with seeded random ids in ``[low, vocab)``: all different from
+    their first token (the chance that two share it is 1 / (vocab - low)), so each is a cold
+    prefill unless a prompt is built to share a prefix."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(low, vocab, size=int(n)).tolist() for n in lengths]
 
 
-def _summary(ttft, cached, ids, before, after, block_size) -> dict:
-    predicted = prompts.predicted_cached_tokens(ids, block_size)
-    total = sum(len(x) for x in ids)
-    measured = None if any(c is None for c in cached) else sum(cached) / total
-    return {
-        "requests": len(ids),
-        "prompt_tokens": [len(x) for x in ids],
-        "ttft_s": ttft,
-        "ttft_first_s": ttft[0],
-        "ttft_rest_median_s": statistics.median(ttft[1:]) if len(ttft) > 1 else None,
-        "cached_tokens": cached,
-        "predicted_cached_tokens": predicted,
-        "predicted_hit_rate": sum(predicted) / total,
-        "measured_hit_rate_from_requests": measured,
-        "counters_before": None if before is None else vars(before),
-        "counters_after": None if after is None else vars(after),
-        "hit_rate_from_counters": (
-            None if before is None or after is None else prom.hit_rate_from_deltas(before, after)
-        ),
-    }
-
-
-def run_offline(
-    model: str = DEFAULT_MODEL, requests: int = 100, system_tokens: int = 2000, llm=None, **kwargs
-) -> dict:
-    """Run both Lab 1 experiments through the offline API. Returns a JSON-ready dict.
-
-    ``llm`` reuses an existing ``vllm.LLM``; otherwise one is created with :func:`engine_kwargs`
-    (``kwargs`` go there).
-    """
-    import vllm
-    from vllm import LLM, SamplingParams
-
-    if llm is None:
-        llm = LLM(**engine_kwargs(model, **kwargs))
-    tok = llm.get_tokenizer()
-    sp = SamplingParams(max_tokens=1, temperature=0.0)
-    system = trimmed_system_prompt(tok, system_tokens)
-    qs = prompts.questions(requests)
-
-    def send(ids):
-        t0 = time.perf_counter()
-        out = llm.generate([{"prompt_token_ids": ids}], sp, use_tqdm=False)[0]
-        return time.perf_counter() - t0, getattr(out, "num_cached_tokens", None)
-
-    # warm-up on an unrelated prompt (kernels, allocator), then an empty cache
-    send(chat_ids(tok, "You are terse.", "Say hi."))
-    if hasattr(llm, "reset_prefix_cache"):
-        llm.reset_prefix_cache()
-    runs = {}
-    for name in ("shared_system_prompt", "timestamp_first"):
-        before = _counters_offline(llm)
-        ttft, cached, ids_all = [], [], []
-        for q in qs:
-            s = (_now_stamp() + system) if name == "timestamp_first" else system
-            ids = chat_ids(tok, s, q)
-            t, c = send(ids)
-            ttft.append(t)
-            cached.append(c)
-            ids_all.append(ids)
-        after = _counters_offline(llm)
-        runs[name] = _summary(ttft, cached, ids_all, before, after, BLOCK_SIZE)
-        if hasattr(llm, "reset_prefix_cache"):
-            llm.reset_prefix_cache()
-    return {
-        "mode": "offline",
-        "model": model,
-        "vllm": vllm.__version__,
-        "system_tokens": system_tokens,
-        "block_size": BLOCK_SIZE,
-        "runs": runs,
-    }
-
-
-def fetch_metrics(base_url: str = "http://127.0.0.1:8000", timeout_s: float = 10) -> str:
-    """The server's ``/metrics`` text."""
-    with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout_s) as r:
-        return r.read().decode()
-
-
-def stream_ttft(base_url: str, model: str, prompt_ids: list[int], timeout_s: float = 120):
-    """(TTFT seconds, cached tokens or None) of one streamed completion of ``prompt_ids``."""
-    body = json.dumps(
-        {
-            "model": model,
-            "prompt": prompt_ids,
-            "max_tokens": 1,
-            "temperature": 0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-    ).encode()
-    req = urllib.request.Request(
-        base_url.rstrip("/") + "/v1/completions",
-        data=body,
-        headers={"Content-Type": "application/json"},
-    )
-    t0 = time.perf_counter()
-    ttft, cached = None, None
-    with urllib.request.urlopen(req, timeout=timeout_s) as r:
-        for raw in r:
-            line = raw.decode().strip()
-            if not line.startswith("data:") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[5:])
-            if ttft is None and chunk.get("choices"):
-                ttft = time.perf_counter() - t0
-            usage = chunk.get("usage") or {}
-            details = usage.get("prompt_tokens_details") or {}
-            if "cached_tokens" in details:
-                cached = details["cached_tokens"]
-    return ttft, cached
-
-
-def run_server(
-    base_url: str = "http://127.0.0.1:8000",
-    model: str = DEFAULT_MODEL,
-    requests: int = 100,
-    system_tokens: int = 2000,
-) -> dict:
-    """Both experiments against a running server (start it with :func:`server_command`;
-    restart it between experiments for an empty cache, or accept the first run's blocks)."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(model)
-    system = trimmed_system_prompt(tok, system_tokens)
-    qs = prompts.questions(requests)
-    runs = {}
-    for name in ("shared_system_prompt", "timestamp_first"):
-        before = prom.prefix_cache_counters(fetch_metrics(base_url))
-        ttft, cached, ids_all = [], [], []
-        for q in qs:
-            s = (_now_stamp() + system) if name == "timestamp_first" else system
-            ids = chat_ids(tok, s, q)
-            t, c = stream_ttft(base_url, model, ids)
-            ttft.append(t)
-            cached.append(c)
-            ids_all.append(ids)
-        after = prom.prefix_cache_counters(fetch_metrics(base_url))
-        runs[name] = _summary(ttft, cached, ids_all, before, after, BLOCK_SIZE)
-    return {
-        "mode": "server",
-        "model": model,
-        "base_url": base_url,
-        "system_tokens": system_tokens,
-        "block_size": BLOCK_SIZE,
-        "runs": runs,
-    }
+def to_vocab(ids, vocab: int, low: int = 16) -> list[int]:
+    """Map arbitrary non-negative token ids into ``[low, vocab)`` (``low + id mod (vocab - low)``):
+    equal ids stay equal, so shared prefixes stay shared."""
+    arr = np.asarray(ids, dtype=np.int64)
+    return (low + arr % (vocab - low)).tolist()

@@ -1,0 +1,197 @@
+"""Where the labs' real serving engine runs, and how a notebook reaches it.
+
+vLLM pins its own versions of transformers, numpy and friends, so on a CPU machine it lives in its
+own virtual environment, ``.venv-engine`` (``make engine``), beside the book's ``.venv``. A
+notebook running in the book's environment calls :func:`run_job`, which starts
+``.venv-engine/bin/python -m kvlab.measure.engine_jobs JOB`` as a subprocess; the job runs the
+engine experiments with *this same kvlab code* and hands back a JSON-ready dict. Where ``vllm``
+imports in the notebook's own Python (Colab, a GPU machine with ``requirements-gpu.txt``), the job
+runs in-process instead: the same functions, no subprocess.
+
+Every failure says what went wrong and what to do: a missing engine, a missing model folder, a job
+that crashed (with the tail of its log), a job that ran out of time (its processes are ended).
+
+Set ``KVLAB_ENGINE_LOCK`` to a file path to run one engine job at a time across processes (the
+job takes an exclusive ``flock`` on it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: The repository root (this file is lib/kvlab/measure/engine.py).
+ROOT = Path(__file__).resolve().parents[3]
+#: The engine environment ``make engine`` creates.
+ENGINE_VENV = ROOT / ".venv-engine"
+#: The tiny model ``make engine`` builds (see :mod:`kvlab.measure.tinymodel`).
+TINY_MODEL_DIR = ROOT / "build" / "tiny-llama"
+#: Environment for every engine process: no hub access, a 1 GiB CPU KV cache unless set.
+ENGINE_ENV_DEFAULTS = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+
+
+class EngineError(RuntimeError):
+    """The engine could not run: the message names the cause and the fix."""
+
+
+def vllm_here() -> bool:
+    """True when ``vllm`` is importable in this Python (Colab, a GPU machine)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def engine_python(venv: str | Path = ENGINE_VENV) -> Path:
+    """The engine environment's Python; :class:`EngineError` naming the fix when it is missing."""
+    py = Path(venv) / "bin" / "python"
+    if not py.exists():
+        raise EngineError(
+            f"no vLLM engine: vllm is not installed in this Python ({sys.executable}) and the "
+            f"engine environment {py} does not exist; run `make engine` in {ROOT}"
+        )
+    return py
+
+
+def check_model_dir(path: str | Path) -> Path:
+    """A local model folder must hold ``config.json``; otherwise :class:`EngineError`."""
+    p = Path(path)
+    if not (p / "config.json").is_file():
+        hint = " (run `make engine` to build it)" if p.resolve() == TINY_MODEL_DIR else ""
+        raise EngineError(f"model folder {p} is missing or holds no config.json{hint}")
+    return p
+
+
+def engine_env(extra: dict | None = None) -> dict:
+    """The environment an engine process gets: this one, the defaults above, then ``extra``."""
+    env = dict(os.environ)
+    for k, v in ENGINE_ENV_DEFAULTS.items():
+        env.setdefault(k, v)
+    lib = str(ROOT / "lib")
+    env["PYTHONPATH"] = lib + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(extra or {})
+    return env
+
+
+@contextlib.contextmanager
+def engine_lock():
+    """Hold ``$KVLAB_ENGINE_LOCK`` exclusively (nothing when the variable is unset)."""
+    path = os.environ.get("KVLAB_ENGINE_LOCK")
+    if not path:
+        yield
+        return
+    import fcntl
+
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def log_tail(path: str | Path, lines: int = 25) -> str:
+    """The last ``lines`` lines of a log file ('' if it does not exist)."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def kill_group(pid: int, grace_s: float = 10.0) -> None:
+    """End the process ``pid`` and every process of its group (it was started as a group
+    leader): SIGTERM, then SIGKILL after ``grace_s``."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+
+def run_job(
+    job: str,
+    params: dict | None = None,
+    *,
+    timeout_s: float = 900,
+    in_process: bool | None = None,
+    venv: str | Path = ENGINE_VENV,
+) -> dict:
+    """Run engine job ``job`` (a name in :data:`kvlab.measure.engine_jobs.JOBS`) with ``params``
+    and return its JSON-ready result.
+
+    ``in_process=None`` picks: in this Python when ``vllm`` imports here, else in the engine
+    environment through a subprocess (its log goes to a temporary file whose tail is shown on
+    failure). The result gains ``"where"``: "in-process" or the engine Python's path.
+    """
+    from . import engine_jobs
+
+    if job not in engine_jobs.JOBS:
+        raise ValueError(f"job must be one of {sorted(engine_jobs.JOBS)}, got {job!r}")
+    params = dict(params or {})
+    if in_process is None:
+        in_process = vllm_here()
+    if in_process:
+        for k, v in ENGINE_ENV_DEFAULTS.items():
+            os.environ.setdefault(k, v)
+        with engine_lock():
+            out = engine_jobs.JOBS[job](**params)
+        out["where"] = "in-process"
+        return out
+    py = engine_python(venv)
+    with tempfile.TemporaryDirectory(prefix="kvlab-engine-") as tmp:
+        pfile, ofile, log = Path(tmp, "params.json"), Path(tmp, "out.json"), Path(tmp, "job.log")
+        pfile.write_text(json.dumps(params))
+        cmd = [str(py), "-m", "kvlab.measure.engine_jobs", job, str(pfile), str(ofile)]
+        with engine_lock(), open(log, "w") as logf:
+            proc = subprocess.Popen(
+                cmd,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=engine_env(),
+                cwd=str(ROOT),
+                start_new_session=True,  # its own process group: ended as one on failure
+            )
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                kill_group(proc.pid)
+                proc.wait()
+                raise EngineError(
+                    f"engine job {job!r} ran past {timeout_s:g} s and was stopped; last lines of "
+                    f"its log:\n{log_tail(log)}"
+                ) from None
+            except BaseException:  # interrupted: never leave an engine behind
+                kill_group(proc.pid)
+                proc.wait()
+                raise
+            finally:
+                kill_group(proc.pid, grace_s=2.0)  # stray children of a finished job
+        if rc != 0 or not ofile.exists():
+            raise EngineError(
+                f"engine job {job!r} failed (exit code {rc}); last lines of its log:\n"
+                f"{log_tail(log)}"
+            )
+        out = json.loads(ofile.read_text())
+    out["where"] = str(py)
+    return out
