@@ -34,7 +34,15 @@ import numpy as np
 from . import routing
 from ._validate import check_choice, check_int, non_negative
 
-__all__ = ["FleetResult", "simulate", "simulate_all"]
+__all__ = [
+    "FIGURES",
+    "FleetResult",
+    "over_seeds",
+    "simulate",
+    "simulate_all",
+    "sweep",
+    "sweep_over_seeds",
+]
 
 
 @dataclass
@@ -63,7 +71,28 @@ class FleetResult:
 
     @property
     def hottest_replica(self) -> int:
+        """The replica that computed the most prefill tokens (counted requests)."""
         return int(np.argmax(self.prefill_tokens))
+
+    @property
+    def hot_request_share(self) -> float:
+        """Share (0..1) of the counted requests served by the hottest replica."""
+        n = self.requests_per_replica
+        return float(n[self.hottest_replica] / n.sum())
+
+    @property
+    def hot_prefill_share(self) -> float:
+        """Share (0..1) of the counted prefill tokens computed by the hottest replica
+        (``imbalance / replicas``)."""
+        total = self.prefill_tokens.sum()
+        return float(self.prefill_tokens[self.hottest_replica] / total) if total else 0.0
+
+    @property
+    def hot_hit_rate(self) -> float:
+        """Token hit rate (0..1) of the counted requests served by the hottest replica."""
+        mask = self.replica[self.warmup :] == self.hottest_replica
+        p = self.prompt_tokens[self.warmup :][mask].sum()
+        return float(self.hit_tokens[self.warmup :][mask].sum() / p) if p else 0.0
 
     def hit_rate_over_time(self, window: int = 1000) -> np.ndarray:
         """Token hit rate over consecutive windows of ``window`` requests (all requests)."""
@@ -423,3 +452,146 @@ def sweep(
         for p in policies:
             out[p].append(res[p])
     return out
+
+
+#: The figures :func:`over_seeds` summarises by default (attributes of FleetResult).
+FIGURES = ("hit_rate", "imbalance")
+
+# Jobs handed to worker processes: forked children inherit this (a trace is never pickled).
+_SHARED: dict = {}
+
+
+def _seed_job(job) -> dict[str, dict[str, float]]:
+    """One (workload, seed) job: every policy's figures."""
+    wkey, seed, policies, kwargs, fields = job
+    from . import workload as _workload
+
+    if wkey is None:
+        w, paths = _SHARED["w"], _SHARED["paths"]
+    else:
+        w = _workload.ChatWorkload(**{**dict(wkey), "seed": seed})
+        paths = w.paths(kwargs.get("block_size", 16))
+    res = simulate_all(w, policies, paths=paths, seed=seed, **kwargs)
+    return {p: {f: float(getattr(r, f)) for f in fields} for p, r in res.items()}
+
+
+def _map(jobs: list, processes: int | None) -> list:
+    """Run ``_seed_job`` over ``jobs``, on ``processes`` worker processes where fork exists
+    (None: up to 2, the book's build machine's cores)."""
+    import multiprocessing as mp
+    import os
+
+    if processes is None:
+        processes = min(2, os.cpu_count() or 1)
+    processes = check_int("processes", processes, lo=1, hi=256)
+    if processes == 1 or len(jobs) == 1 or "fork" not in mp.get_all_start_methods():
+        return [_seed_job(j) for j in jobs]
+    with mp.get_context("fork").Pool(min(processes, len(jobs))) as pool:
+        return pool.map(_seed_job, jobs, chunksize=1)
+
+
+def _jobs(w, workload_kwargs, seeds, policies, kwargs, fields):
+    from .seeds import DEFAULT_SEEDS
+
+    seeds = list(DEFAULT_SEEDS if seeds is None else seeds)
+    if not seeds:
+        raise ValueError("seeds must name at least one seed, got none")
+    for s in seeds:
+        check_int("seed", s, lo=0)
+    for p in policies:
+        check_choice("policy", p, set(routing.POLICIES))
+    if w is not None and workload_kwargs:
+        raise ValueError("give either a fixed workload w or workload_kwargs, not both")
+    wkey = None if w is not None else tuple(sorted((workload_kwargs or {}).items()))
+    if "seed" in dict(wkey or ()):
+        raise ValueError("workload_kwargs must not hold 'seed': the seeds come from `seeds`")
+    return seeds, [(wkey, s, tuple(policies), dict(kwargs), tuple(fields)) for s in seeds]
+
+
+def over_seeds(
+    policies=routing.POLICIES,
+    seeds=None,
+    *,
+    w=None,
+    workload_kwargs: dict | None = None,
+    fields=FIGURES,
+    processes: int | None = None,
+    **kwargs,
+) -> dict[str, dict]:
+    """Each policy's figures over several random streams: ``{policy: {field: Spread}}``.
+
+    For each seed (default ``kvlab.seeds.DEFAULT_SEEDS``) a ChatWorkload is drawn with that seed
+    from ``workload_kwargs`` (the demo's defaults when None) and every policy runs on it with the
+    same ``seed`` (which also seeds random routing). A fixed workload ``w`` (a trace) is reused
+    for every seed instead; then only random routing varies. ``fields`` name FleetResult
+    attributes; ``kwargs`` go to :func:`simulate`. Seeds run on ``processes`` worker processes.
+    """
+    from .seeds import summarise
+
+    seeds, jobs = _jobs(w, workload_kwargs, seeds, policies, kwargs, fields)
+    if w is not None:
+        _SHARED["w"], _SHARED["paths"] = w, w.paths(kwargs.get("block_size", 16))
+    try:
+        out = _map(jobs, processes)
+    finally:
+        _SHARED.clear()
+    return {p: {f: summarise([o[p][f] for o in out], seeds) for f in fields} for p in policies}
+
+
+def sweep_over_seeds(
+    param: str,
+    values,
+    policies=routing.POLICIES,
+    seeds=None,
+    *,
+    w=None,
+    workload_kwargs: dict | None = None,
+    fields=FIGURES,
+    processes: int | None = None,
+    **kwargs,
+) -> dict[str, dict[str, list]]:
+    """:func:`over_seeds` as one parameter takes each of ``values``:
+    ``{policy: {field: [Spread per value]}}``.
+
+    ``param`` is a :func:`simulate` keyword (e.g. "cache_tokens") or a ChatWorkload keyword (e.g.
+    "skew", "conversations"). All (value, seed) runs share the worker processes.
+    """
+    from .seeds import summarise
+
+    values = list(values)
+    if not values:
+        raise ValueError("values must hold at least one value, got none")
+    import inspect
+
+    from . import workload as _workload
+
+    wparams = set(inspect.signature(_workload.ChatWorkload).parameters) - {"seed"}
+    sparams = set(inspect.signature(simulate).parameters) - {"w", "policy", "seed", "paths"}
+    if param not in wparams | sparams:
+        raise ValueError(
+            f"param must be a simulate or ChatWorkload keyword, got {param!r}; "
+            f"allowed: {sorted(wparams | sparams)}"
+        )
+    if param in wparams and w is not None:
+        raise ValueError(f"param {param!r} changes the workload: give workload_kwargs, not w")
+    jobs, seed_lists = [], []
+    for v in values:
+        wk, kw = dict(workload_kwargs or {}), dict(kwargs)
+        (wk if param in wparams else kw)[param] = v
+        seeds_v, js = _jobs(w, None if w is not None else wk, seeds, policies, kw, fields)
+        seed_lists.append(seeds_v)
+        jobs.extend(js)
+    if w is not None:
+        _SHARED["w"], _SHARED["paths"] = w, w.paths(kwargs.get("block_size", 16))
+    try:
+        out = _map(jobs, processes)
+    finally:
+        _SHARED.clear()
+    n = len(seed_lists[0])
+    res: dict[str, dict[str, list]] = {p: {f: [] for f in fields} for p in policies}
+    for i, sds in enumerate(seed_lists):
+        chunk = out[i * n : (i + 1) * n]
+        for p in policies:
+            for f in fields:
+                res[p][f].append(summarise([o[p][f] for o in chunk], sds))
+    return res

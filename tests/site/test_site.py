@@ -3,8 +3,9 @@
 Over every HTML page of the site (all ``*.html`` except the generated index and search pages):
 no console errors and no failed local requests; every image loaded, with real alt text; every
 internal link and anchor resolves. Then: the glued numbers appear on the pages that quote them, a
-solution dropdown opens when clicked, and the search page finds "prefix". Requests to other hosts
-(MathJax, fonts and scripts from CDNs) are blocked and never counted: they are not the site's.
+solution dropdown opens when clicked, the search page finds "prefix", and formulas render
+(MathJax is served by the site itself) on a card, a notebook and a lab page. Requests to other
+hosts are blocked on every page and never counted: the site must not need them.
 
 The checker functions are unit-tested at the bottom on a tiny synthetic site, to show that each
 check can fail. Screenshots of the home page and the routing demo go to ``_build/screenshots/``.

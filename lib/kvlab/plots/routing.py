@@ -1,5 +1,9 @@
 """Figures of the routing demo: scenarios, hit rate against cache size, imbalance against skew,
-and the live demo's two panels (hit rate per policy; prefill per replica)."""
+and the live demo's two panels (hit rate per policy; prefill per replica).
+
+The scenario and sweep figures take either single runs (FleetResult) or figures over seeds
+(``kvlab.seeds.Spread``, as ``fleet.over_seeds`` and ``fleet.sweep_over_seeds`` return them); over
+seeds they draw the mean, with the range of the seeds as error bars (bars) or a band (lines)."""
 
 from __future__ import annotations
 
@@ -70,25 +74,41 @@ def demo_panels(results: dict, chosen: str, fig=None):
     return fig
 
 
+def _figure(entry, metric: str):
+    """(mean, lo, hi) of ``metric`` from a FleetResult or a {metric: Spread} mapping."""
+    if isinstance(entry, dict):
+        sp = entry[metric]
+        return sp.mean, sp.lo, sp.hi
+    v = float(getattr(entry, metric))
+    return v, v, v
+
+
 def scenarios(by_scenario: dict):
-    """Grouped bars: hit rate per policy in each scenario ({scenario label: {policy: result}}),
-    each bar labelled with its imbalance."""
+    """Grouped bars: hit rate per policy in each scenario, each bar labelled with its hit rate and
+    imbalance. ``{scenario label: {policy: FleetResult or {"hit_rate": Spread, "imbalance":
+    Spread}}}``; over seeds a bar is the mean and its error bar the seeds' range."""
     fig, ax = plt.subplots(figsize=(8.0, 3.6))
     labels = list(by_scenario)
     policies = list(next(iter(by_scenario.values())))
     width = 0.8 / len(policies)
     for j, p in enumerate(policies):
         xs = np.arange(len(labels)) + (j - (len(policies) - 1) / 2) * width
-        vals = [by_scenario[s][p].hit_rate for s in labels]
-        ax.bar(xs, vals, width, color=POLICY_COLORS[p], label=POLICY_LABELS[p])
-        for xx, s, v in zip(xs, labels, vals, strict=True):
-            ax.text(
-                xx,
-                v + 0.015,
-                f"{v * 100:.0f}%\n{by_scenario[s][p].imbalance:.2f}x",
-                ha="center",
-                fontsize=7,
-            )
+        figs = [_figure(by_scenario[s][p], "hit_rate") for s in labels]
+        vals = np.array([f[0] for f in figs])
+        err = np.array([[f[0] - f[1] for f in figs], [f[2] - f[0] for f in figs]])
+        spread = bool(err.any())
+        ax.bar(
+            xs,
+            vals,
+            width,
+            color=POLICY_COLORS[p],
+            label=POLICY_LABELS[p],
+            yerr=err if spread else None,
+            error_kw=dict(ecolor="black", elinewidth=0.8, capsize=2),
+        )
+        for xx, s, v, hi in zip(xs, labels, vals, err[1], strict=True):
+            imb = _figure(by_scenario[s][p], "imbalance")[0]
+            ax.text(xx, v + hi + 0.015, f"{v * 100:.0f}%\n{imb:.2f}x", ha="center", fontsize=7)
     ax.set_xticks(np.arange(len(labels)), labels)
     _pct_axis(ax)
     ax.set_ylim(0, 1.18)
@@ -97,18 +117,29 @@ def scenarios(by_scenario: dict):
     return fig
 
 
+def _series(res, metric: str):
+    """(means, los, his) of ``metric`` along a sweep: a list of FleetResult, or a {metric:
+    [Spread]} mapping from ``fleet.sweep_over_seeds``."""
+    if isinstance(res, dict):
+        sps = res[metric]
+        return (
+            np.array([sp.mean for sp in sps]),
+            np.array([sp.lo for sp in sps]),
+            np.array([sp.hi for sp in sps]),
+        )
+    v = np.array([float(getattr(r, metric)) for r in res])
+    return v, v, v
+
+
 def _sweep_lines(x, sweep: dict, metric: str, default, label_y: float):
-    """One line of ``metric`` per policy against ``x``, with the default value marked."""
+    """One line of ``metric`` per policy against ``x`` (the mean over seeds, the seeds' range as a
+    band), with the default value marked."""
     fig, ax = plt.subplots()
     for p, res in sweep.items():
-        ax.plot(
-            x,
-            [getattr(r, metric) for r in res],
-            marker="o",
-            ms=3,
-            color=POLICY_COLORS[p],
-            label=POLICY_LABELS[p],
-        )
+        mean, lo, hi = _series(res, metric)
+        ax.plot(x, mean, marker="o", ms=3, color=POLICY_COLORS[p], label=POLICY_LABELS[p])
+        if (hi > lo).any():
+            ax.fill_between(x, lo, hi, color=POLICY_COLORS[p], alpha=0.22, linewidth=0)
     if default is not None:
         ax.axvline(default, color="#888888", linestyle=":", linewidth=1)
         ax.text(default, label_y, " default", color="#555555", fontsize=8)
