@@ -206,7 +206,7 @@ def hash_block(parent_key: str | None, block_tokens, extra: tuple = ()) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(b"parent:" + (b"-" if parent_key is None else parent_key.encode()))
     h.update(b"|tokens:" + np.asarray(block_tokens, dtype="<i8").tobytes())
-    h.update(b"|extra:" + json.dumps(extra, separators=(",", ":")).encode())
+    h.update(b"|extra:" + (json.dumps(extra, separators=(",", ":")).encode() if extra else b"[]"))
     return h.hexdigest()
 
 
@@ -227,9 +227,23 @@ def block_keys(
     arr = _as_tokens("tokens", tokens)
     _check_extra(adapter, cache_salt)
     mms = _check_mm(mm_inputs, len(arr))
-    keys: list[str] = []
-    parent = ROOT_KEY
-    for i in range(len(arr) // bs):
+    return _chain_keys(arr, bs, [], adapter, mms, cache_salt, chained, mm_offsets)
+
+
+def _chain_keys(
+    arr: np.ndarray | list[int],
+    bs: int,
+    keys: list[str],
+    adapter,
+    mms,
+    cache_salt,
+    chained,
+    mm_offsets,
+) -> list[str]:
+    """Extend ``keys`` (the keys of the first ``len(keys)`` blocks of ``arr``, token ids already
+    checked) to every full block of ``arr``."""
+    parent = keys[-1] if keys else ROOT_KEY
+    for i in range(len(keys), len(arr) // bs):
         lo, hi = i * bs, (i + 1) * bs
         extra = extra_keys(
             lo, hi, adapter=adapter, mm_inputs=mms, cache_salt=cache_salt, mm_offsets=mm_offsets
@@ -519,8 +533,8 @@ class BlockHashCache(_OneCall):
 
 @dataclass
 class _PoolRun:
-    """A running request in :class:`VLLMBlockPool`: its token ids so far, its block keys, the
-    block ids it holds (in order), how many of them carry a hash, and its extra keys."""
+    """A running request in :class:`VLLMBlockPool`: its token ids so far, the block ids it holds
+    (in order), how many of them carry a key, its extra keys and the keys of its full blocks."""
 
     tokens: list[int]
     n_prompt: int
@@ -529,6 +543,7 @@ class _PoolRun:
     adapter: str | int | None
     mm_inputs: tuple[MMInput, ...]
     cache_salt: str | None
+    keys: list[str]  # of every full block of tokens
 
 
 class VLLMBlockPool(_OneCall):
@@ -610,6 +625,10 @@ class VLLMBlockPool(_OneCall):
         block_id = check_int("block_id", block_id, lo=0, hi=self.num_blocks - 1)
         return self._key[block_id]
 
+    def keyed_blocks(self) -> list[int]:
+        """Ids of the blocks that hold a key, in id order."""
+        return [b for b, k in enumerate(self._key) if k is not None]
+
     def cached(self) -> dict[str, list[int]]:
         """Every cached key with the block ids holding it (the one a lookup finds first)."""
         return {k: list(ids) for k, ids in self._cached.items()}
@@ -619,6 +638,12 @@ class VLLMBlockPool(_OneCall):
         if request_id not in self._running:
             raise ValueError(f"request_id {request_id!r} is not running")
         return list(self._running[request_id].blocks)
+
+    def request_keys(self, request_id) -> list[str]:
+        """Keys of every full block of a running request's tokens so far (cached or not)."""
+        if request_id not in self._running:
+            raise ValueError(f"request_id {request_id!r} is not running")
+        return list(self._running[request_id].keys)
 
     def running(self) -> list:
         """Ids of requests started and not finished."""
@@ -699,11 +724,15 @@ class VLLMBlockPool(_OneCall):
         n_full = n_tokens // self.block_size
         if run.n_hashed >= n_full:
             return
-        keys = self._keys(
-            np.asarray(run.tokens[: n_full * self.block_size], dtype=np.int64),
+        keys = _chain_keys(
+            run.tokens,
+            self.block_size,
+            run.keys,
             run.adapter,
             run.mm_inputs,
             run.cache_salt,
+            True,
+            True,
         )
         for i in range(run.n_hashed, n_full):
             b, key = run.blocks[i], keys[i]
@@ -750,13 +779,14 @@ class VLLMBlockPool(_OneCall):
                 del self._free[b]
             self._ref[b] += 1
         run = _PoolRun(
-            [int(t) for t in arr],
+            arr.tolist(),
             len(arr),
             hits + self._pop_free(n_new),
             len(hits),
             request.adapter,
             mms,
             request.cache_salt,
+            keys,
         )
         self._running[rid] = run
         self._cache_full(run, len(arr))
@@ -780,7 +810,7 @@ class VLLMBlockPool(_OneCall):
         need = -(-n // self.block_size) - len(run.blocks)
         if need > len(self._free):
             raise self._full_error(rid, "decoding", need)
-        run.tokens.extend(int(t) for t in toks)
+        run.tokens.extend(toks.tolist())
         run.blocks.extend(self._pop_free(need))
         self._cache_full(run, n)
 
