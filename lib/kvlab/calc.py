@@ -217,6 +217,33 @@ def histories_that_fit(replicas: int, cache_tokens: float, history_tokens: float
     return evaluate("histories_that_fit", N=replicas, C=cache_tokens, H=history_tokens)
 
 
+def conversations_that_fit(
+    replicas: int,
+    cache_tokens: float,
+    system_tokens: float,
+    history_tokens: float,
+    new_tokens: float,
+    output_tokens: float,
+) -> float:
+    """How many conversations the fleet's caches hold after a turn: each keeps its history, new
+    message and answer (tokens), and every replica also keeps the system prompt."""
+    replicas = check_int("replicas", replicas, lo=1)
+    positive("cache_tokens", cache_tokens)
+    check_number("system_tokens", system_tokens, lo=0, hi=cache_tokens, hi_open=True)
+    for name, v in (("history_tokens", history_tokens), ("new_tokens", new_tokens)):
+        check_number(name, v, lo=0)
+    positive("output_tokens", output_tokens)
+    return evaluate(
+        "conversations_that_fit",
+        N=replicas,
+        C=cache_tokens,
+        S=system_tokens,
+        H=history_tokens,
+        U=new_tokens,
+        O=output_tokens,
+    )
+
+
 def tier_break_even_bandwidth(bytes_per_token: float, seconds_per_token: float) -> float:
     """Bandwidth (bytes/s) above which loading KV from a slower tier beats recomputing it."""
     positive("bytes_per_token", bytes_per_token)

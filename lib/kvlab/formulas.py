@@ -205,6 +205,14 @@ FORMULAS: dict[str, Formula] = {
             "1",
         ),
         _f(
+            "conversations_that_fit",
+            "n_conv",
+            N * (C - S) / (H + U + O_out),
+            "conversations the fleet cache holds after a turn (history, new message and answer "
+            "each), with the system prompt kept on every replica",
+            "1",
+        ),
+        _f(
             "tier_break_even_bandwidth",
             "W_even",
             beta / tau,

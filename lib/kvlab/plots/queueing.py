@@ -1,5 +1,5 @@
-"""Figures of the queueing chapter: TTFT per policy, TTFT against arrival rate, a metric over
-time (replica added mid-run, overload building up)."""
+"""Figures of the queueing chapter: TTFT per policy, routers side by side over seeds, TTFT against
+arrival rate, a metric over time (replica added mid-run, overload building up)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 
 from . import POLICY_COLORS, POLICY_LABELS
 
-__all__ = ["over_time", "ttft_by_policy", "ttft_vs_rate"]
+__all__ = ["over_time", "routers_over_seeds", "ttft_by_policy", "ttft_vs_rate"]
 
 
 def ttft_by_policy(results: dict, ax=None):
@@ -81,3 +81,43 @@ def over_time(series: dict, ylabel: str, event_s: float | None = None, pct: bool
     ax.set_ylabel(ylabel)
     ax.legend()
     return ax.figure
+
+
+#: one colour per router of :data:`kvlab.queueing.ROUTERS`
+ROUTER_COLORS = {
+    "random": POLICY_COLORS["random"],
+    "sticky": POLICY_COLORS["sticky"],
+    "bounded_ring": "#c0392b",
+    "guard_cumulative": "#7fb3e0",
+    "guard_live": POLICY_COLORS["cache_aware"],
+    "sglang": "#27ae60",
+    "dynamo": "#8e44ad",
+}
+
+
+def routers_over_seeds(results: dict, labels: dict, title: str | None = None, axes=None):
+    """Three panels (token hit rate, TTFT p95, prefill imbalance) of ``{name: {metric: Spread}}``
+    (:func:`kvlab.queueing.compare`): a bar at each mean, a dot per seed."""
+    if axes is None:
+        fig, axes = plt.subplots(1, 3, figsize=(9.6, 0.42 * len(results) + 1.3), sharey=True)
+    names = list(results)
+    y = np.arange(len(names))[::-1]
+    panels = (
+        ("hit_rate", "token hit rate (%)", 100.0, "%"),
+        ("ttft_p95_s", "TTFT p95 (s)", 1.0, ""),
+        ("imbalance", "prefill imbalance (max / mean)", 1.0, ""),
+    )
+    for ax, (m, xlabel, scale, _) in zip(axes, panels, strict=True):
+        for yi, n in zip(y, names, strict=True):
+            sp = results[n][m]
+            base = n.split("/")[0]
+            color = ROUTER_COLORS.get(base, "#555555")
+            ax.barh(yi, sp.mean * scale, color=color, alpha=0.55 if "/" in n else 0.85, height=0.7)
+            ax.plot(np.asarray(sp.values) * scale, np.full(sp.n, yi), "k.", markersize=3)
+        ax.set_xlabel(xlabel)
+    axes[0].set_yticks(y, [labels.get(n, n) for n in names])
+    axes[0].set_xlim(0, 100)
+    if title:
+        axes[1].set_title(title, fontsize=10)
+    axes[0].figure.tight_layout()
+    return axes[0].figure
