@@ -119,5 +119,4 @@ def routers_over_seeds(results: dict, labels: dict, title: str | None = None, ax
     axes[0].set_xlim(0, 100)
     if title:
         axes[1].set_title(title, fontsize=10)
-    axes[0].figure.tight_layout()
     return axes[0].figure
