@@ -87,11 +87,14 @@ def one_way_bandwidth(bidirectional_bytes_per_s: float) -> float:
     return evaluate("one_way_bandwidth", W_bidir=bidirectional_bytes_per_s)
 
 
-def per_gpu_bytes(n_bytes: float, tp: int) -> float:
-    """Bytes each of ``tp`` tensor-parallel GPUs holds when KV heads are split evenly."""
+def per_gpu_bytes(n_bytes: float, tp: int, kv_heads: int | None = None) -> float:
+    """Bytes each of ``tp`` tensor-parallel GPUs holds: ``n_bytes / tp`` while the ``kv_heads``
+    KV heads split evenly (tp <= kv_heads), one whole head (``n_bytes / kv_heads``) beyond, where
+    engines replicate heads. Without ``kv_heads`` the heads are assumed to split (tp <= heads)."""
     non_negative("n_bytes", n_bytes)
     tp = check_int("tp", tp, lo=1)
-    return evaluate("per_gpu_share", B=n_bytes, tp=tp)
+    heads = tp if kv_heads is None else check_int("kv_heads", kv_heads, lo=1)
+    return evaluate("per_gpu_share", B=n_bytes, tp=tp, H_kv=heads)
 
 
 def transfer_seconds(

@@ -109,12 +109,14 @@ class KVTransfer:
 
     prompt_tokens: float
     bytes: float  # the whole request's KV
-    per_gpu_bytes: float  # what each of the tp GPUs holds and sends
+    per_gpu_bytes: float  # what each of the tp GPUs holds and sends (one head when tp > heads)
     seconds: float  # set-up + bytes over the links in parallel
     link: str
     link_bytes_per_s: float  # one-way bandwidth of one link
     links: int  # links used in parallel
     setup_s: float
+    moved_bytes: float = math.nan  # bytes crossing the links: tp x per-GPU bytes (> bytes when
+    #                                 heads are replicated, each receiving GPU needs its copy)
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
@@ -132,22 +134,26 @@ def kv_transfer(
     gpu: hardware.GPU = hardware.H100_SXM,
     nic_bytes_per_s: float = NIC_BYTES_PER_S,
 ) -> KVTransfer:
-    """Size and time of sending one request's KV.
+    """Size and time of sending one request's KV between two servers with the same TP layout.
 
-    With ``tp`` GPUs per server each GPU holds 1/tp of the KV heads and sends its share over its own
-    link (NVLink, PCIe, or its own NIC) in parallel; with ``one_nic`` every byte shares one NIC.
+    Each of the ``tp`` GPUs holds its KV heads (:func:`kvlab.calc.per_gpu_bytes`: 1/tp of them
+    while tp <= KV heads, one whole replicated head beyond) and sends them over its own link
+    (NVLink, PCIe, or its own NIC) to its counterpart, all in parallel; with ``one_nic`` every
+    byte shares one NIC. The same plan as :func:`reshard` with equal TP on both sides.
     """
     non_negative("prompt_tokens", prompt_tokens)
     tp = check_int("tp", tp, lo=1)
     non_negative("setup_s", setup_s)
     beta_ = calc.model_kv_bytes_per_token(model, bytes_per_value(precision))
     total = calc.kv_bytes(prompt_tokens, beta_)
+    per_gpu = calc.per_gpu_bytes(total, tp, model.kv_heads)
+    moved = per_gpu * tp
     w = link_bandwidth(link, gpu, nic_bytes_per_s)
-    links = 1 if link == "one_nic" else tp
-    seconds = calc.transfer_seconds(total, w, links=links, setup_s=setup_s)
-    return KVTransfer(
-        prompt_tokens, total, calc.per_gpu_bytes(total, tp), seconds, link, w, links, setup_s
-    )
+    if link == "one_nic":
+        links, seconds = 1, calc.transfer_seconds(moved, w, links=1, setup_s=setup_s)
+    else:
+        links, seconds = tp, calc.transfer_seconds(per_gpu, w, links=1, setup_s=setup_s)
+    return KVTransfer(prompt_tokens, total, per_gpu, seconds, link, w, links, setup_s, moved)
 
 
 def transfer_share_of_ttft(transfer_s: float, prefill_s: float) -> float:

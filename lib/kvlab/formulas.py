@@ -135,8 +135,9 @@ FORMULAS: dict[str, Formula] = {
         _f(
             "per_gpu_share",
             "B_gpu",
-            B_kv / tp,
-            "bytes each GPU holds and sends when KV heads are split over tp GPUs",
+            B_kv / sp.Min(tp, H_kv),
+            "bytes each GPU holds and sends: KV heads split over tp GPUs while tp <= H_kv, "
+            "each GPU one whole head (replicated) beyond",
             "bytes",
         ),
         _f(

@@ -52,8 +52,12 @@ def one_way(bidirectional_bytes_per_s: float) -> float:
 _H100_PAGE = (
     "NVIDIA H100 Tensor Core GPU product page and datasheet (nvidia.com/en-us/data-center/h100)"
 )
+_A100_PAGE = "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100)"
 
 H100_SXM = GPU("H100 SXM", 80 * GB, 3.35 * TB, 900 * GB, 128 * GB, 989 * TFLOPS, _H100_PAGE)
+#: H100 PCIe: HBM2e, an NVLink bridge between pairs of cards only (600 GB/s), 1,513 TFLOPS fp16
+#: with sparsity, so about 756 dense.
+H100_PCIE = GPU("H100 PCIe", 80 * GB, 2.0 * TB, 600 * GB, 128 * GB, 756 * TFLOPS, _H100_PAGE)
 H100_NVL = GPU("H100 NVL", 94 * GB, 3.9 * TB, 600 * GB, 128 * GB, 835 * TFLOPS, _H100_PAGE)
 H200 = GPU(
     "H200",
@@ -64,14 +68,14 @@ H200 = GPU(
     989 * TFLOPS,
     "NVIDIA H200 product page (nvidia.com/en-us/data-center/h200)",
 )
-A100_80GB = GPU(
-    "A100 80GB SXM",
-    80 * GB,
-    2.039 * TB,
-    600 * GB,
-    64 * GB,
-    312 * TFLOPS,
-    "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100)",
+A100_80GB = GPU("A100 80GB SXM", 80 * GB, 2.039 * TB, 600 * GB, 64 * GB, 312 * TFLOPS, _A100_PAGE)
+A100_40GB = GPU("A100 40GB SXM", 40 * GB, 1.555 * TB, 600 * GB, 64 * GB, 312 * TFLOPS, _A100_PAGE)
+#: The PCIe A100s: NVLink only through a bridge between two cards (600 GB/s).
+A100_80GB_PCIE = GPU(
+    "A100 80GB PCIe", 80 * GB, 1.935 * TB, 600 * GB, 64 * GB, 312 * TFLOPS, _A100_PAGE
+)
+A100_40GB_PCIE = GPU(
+    "A100 40GB PCIe", 40 * GB, 1.555 * TB, 600 * GB, 64 * GB, 312 * TFLOPS, _A100_PAGE
 )
 L4 = GPU("L4", 24 * GB, 300 * GB, None, 64 * GB, 121 * TFLOPS, "NVIDIA L4 datasheet")
 T4 = GPU(
@@ -84,7 +88,21 @@ T4 = GPU(
     "NVIDIA T4 datasheet (mixed-precision peak)",
 )
 
-GPUS = {g.name: g for g in (H100_SXM, H100_NVL, H200, A100_80GB, L4, T4)}
+GPUS = {
+    g.name: g
+    for g in (
+        H100_SXM,
+        H100_PCIE,
+        H100_NVL,
+        H200,
+        A100_80GB,
+        A100_40GB,
+        A100_80GB_PCIE,
+        A100_40GB_PCIE,
+        L4,
+        T4,
+    )
+}
 
 #: One 400 Gb/s NDR InfiniBand NIC per GPU, the book's assumption: 400e9 / 8 = 50 GB/s one way.
 NIC_NDR_BYTES_PER_S = 400e9 / 8
@@ -92,16 +110,30 @@ NIC_SOURCE = "NVIDIA ConnectX-7 / NDR InfiniBand: 400 Gb/s per port, per directi
 
 
 def find_gpu(device_name: str) -> GPU | None:
-    """Best match for a name reported by the driver ('NVIDIA H100 80GB HBM3' -> H100 SXM)."""
-    n = device_name.upper()
+    """The entry for a name the driver reports (``torch.cuda.get_device_name``, ``nvidia-smi``).
+
+    The names carry the form factor and memory: 'NVIDIA A100-SXM4-40GB' (Colab's A100),
+    'NVIDIA A100-SXM4-80GB', 'NVIDIA A100 80GB PCIe', 'NVIDIA A100-PCIE-40GB',
+    'NVIDIA H100 80GB HBM3' (SXM), 'NVIDIA H100 PCIe', 'NVIDIA H100 NVL', 'NVIDIA H200',
+    'NVIDIA L4', 'Tesla T4'. None when the name matches no entry.
+    """
+    n = device_name.upper().replace("-", " ")
+    words = n.split()
     if "H200" in n:
         return H200
     if "H100" in n:
-        return H100_NVL if "NVL" in n else H100_SXM
+        if "NVL" in words:
+            return H100_NVL
+        if "PCIE" in words:
+            return H100_PCIE
+        return H100_SXM  # 'H100 80GB HBM3', 'H100 SXM5 80GB'
     if "A100" in n:
-        return A100_80GB
-    if "L4" in n.split() or n.endswith(" L4"):
+        big = "80GB" in words
+        if "PCIE" in words:
+            return A100_80GB_PCIE if big else A100_40GB_PCIE
+        return A100_80GB if big else A100_40GB
+    if "L4" in words:
         return L4
-    if "T4" in n:
+    if "T4" in words:
         return T4
     return None

@@ -121,9 +121,9 @@ class Colocated:
 
     @property
     def label(self) -> str:
-        return f"colocated x{self.replicas}" + (
-            f" (chunk {self.chunk_tokens})" if self.chunk_tokens else " (no chunking)"
-        )
+        chunk = f"chunk {self.chunk_tokens}" if self.chunk_tokens else "no chunking"
+        overlap = "" if self.overlap == 0 else f", overlap {self.overlap:g}"
+        return f"colocated x{self.replicas} ({chunk}{overlap})"
 
 
 @dataclass(frozen=True)
@@ -202,8 +202,12 @@ class Replica:
     """One replica's queues and steps. ``role`` is 'colocated', 'prefill' or 'decode'.
 
     Decoding requests sit in a heap keyed by the decode step at which they finish, so a step costs
-    O(1 + finishing requests), not O(batch).
+    O(1 + finishing requests), not O(batch). Identical decode steps (same batch, no prefill, nobody
+    waiting to join) run as one event until the next request finishes or new work arrives; the
+    times are those of stepping one by one (``runs = False`` turns this off, for checking).
     """
+
+    runs = True
 
     def __init__(
         self,
@@ -235,6 +239,9 @@ class Replica:
         self.busy = False
         self.load = 0  # requests assigned here and not yet done with this replica (for routing)
         self.busy_s = 0.0
+        self._token = 0  # identifies the scheduled end of the current step (or run of steps)
+        self._run: tuple[float, float, int] | None = None  # (start, step seconds, steps)
+        self._started = 0.0  # when the current busy stretch's step began
 
     # -- inputs -----------------------------------------------------------------------------------
     def add_prefill(self, rid: int, tokens: int) -> None:
@@ -242,13 +249,29 @@ class Replica:
         self.left[rid] = tokens
         self.queued_tokens += tokens
         self.pending_tokens += tokens
-        if not self.busy:
-            self._start()
+        self._wake()
 
     def add_decode(self, rid: int, tokens: int) -> None:
         self.waiting.append((rid, tokens))
+        self._wake()
+
+    def _wake(self) -> None:
+        """New work: start a step if idle; if a run of identical decode steps is under way, end it
+        at the next step boundary so the newcomer joins there (as it would step by step)."""
         if not self.busy:
             self._start()
+            return
+        run = self._run
+        if run is None:
+            return
+        start, step_s, steps = run
+        done = math.floor((self.loop.now - start) / step_s + 1e-9)
+        if done + 1 >= steps:
+            return  # the run already ends at the next boundary
+        self._token += 1
+        self._run = None
+        n = done + 1
+        self.loop.at(start + n * step_s, self._end, (self._token, n, (), 0))
 
     # -- one step ---------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -286,14 +309,29 @@ class Replica:
         dec_s = self.a + self.k * len(running) if decoding else 0.0
         duration = pre_s + dec_s - self.overlap * min(pre_s, dec_s)
         self.busy = True
-        self.busy_s += duration
-        self.loop.at(self.loop.now + duration, self._end, (decoding, done, pre_tokens))
+        self._started = self.loop.now
+        self._token += 1
+        if self.runs and pre_tokens == 0 and (not waiting or len(running) >= self.max_batch):
+            # a pure decode step with nobody able to join: the batch (and so the step time) stays
+            # the same until the next request finishes, so run those steps as one event
+            steps = running[0][0] - self.steps
+            self._run = (self.loop.now, duration, steps) if steps > 1 else None
+            self.loop.at(self.loop.now + steps * duration, self._end, (self._token, steps, (), 0))
+            return
+        self._run = None
+        self.loop.at(
+            self.loop.now + duration, self._end, (self._token, int(decoding), done, pre_tokens)
+        )
 
     def _end(self, arg) -> None:
-        decoding, done, pre_tokens = arg
+        token, steps, done, pre_tokens = arg
+        if token != self._token:
+            return  # a run of decode steps cut short by new work (see _wake)
+        self._run = None
+        self.busy_s += self.loop.now - self._started
         self.pending_tokens -= pre_tokens
-        if decoding:
-            self.steps += 1
+        if steps:
+            self.steps += steps
             running = self.running
             while running and running[0][0] <= self.steps:
                 _, rid = heapq.heappop(running)
@@ -321,9 +359,15 @@ class SimResult(RequestTimes):
     #                       counted by the event loop as requests come and go
     end_s: float  # time the last request finished
     replica_busy_s: np.ndarray  # per replica
+    window_s: tuple[float, float] | None = None  # steady-state window (see :func:`steady_run`)
 
     def _window(self, warmup: float) -> np.ndarray:
+        """The counted requests: those arriving inside ``window_s`` when it is set (``warmup`` is
+        then ignored), else all but the first ``warmup`` share."""
         fraction("warmup", warmup)
+        if self.window_s is not None:
+            t0, t1 = self.window_s
+            return (self.arrival_s >= t0) & (self.arrival_s < t1)
         n = len(self.arrival_s)
         return np.arange(n) >= int(n * warmup)
 
@@ -345,8 +389,11 @@ class SimResult(RequestTimes):
     def goodput_rps(self, ttft_slo_s: float, tpot_slo_s: float, warmup: float = 0.1) -> float:
         """Requests per second that meet both targets (over the counted arrivals' time span)."""
         w = self._window(warmup)
-        arr = self.arrival_s[w]
-        span = arr[-1] - arr[0] if len(arr) > 1 else 1.0
+        if self.window_s is not None:
+            span = self.window_s[1] - self.window_s[0]
+        else:
+            arr = self.arrival_s[w]
+            span = arr[-1] - arr[0] if len(arr) > 1 else 1.0
         ok = (self.ttft_s <= ttft_slo_s) & (self.tpot_s <= tpot_slo_s)
         return float(ok[w].sum() / span)
 
@@ -512,61 +559,260 @@ def splits(total: int) -> list[tuple[int, int]]:
     return [(p, total - p) for p in range(1, total)]
 
 
+# --- steady state ---------------------------------------------------------------------------------
+#
+# A trial starts from an empty system. Until the decode batches have filled, requests see shorter
+# queues and smaller batches than they will later, so a short run flatters every system, and the
+# more so the longer its requests live. A steady-state trial therefore warms up for a few request
+# lifetimes, counts only the requests that arrive in the window after that, and keeps the arrivals
+# coming for one more lifetime so that the last counted requests still share their replicas with
+# later ones. The window's length, in lifetimes, was chosen in ``p22-04`` from the attainment
+# against window length: by WINDOW_LIFETIMES the mean over seeds has settled.
+
+#: Warm-up before the counted window, in request lifetimes (:func:`lifetime_s`).
+WARMUP_LIFETIMES = 2.0
+#: Length of the counted window, in request lifetimes.
+WINDOW_LIFETIMES = 10.0
+
+
+def lifetime_s(traffic: Traffic, ttft_slo_s: float, tpot_slo_s: float) -> float:
+    """Seconds a long request lives when it just meets both targets: TTFT plus (output - 1) x TPOT,
+    with the output length at its 99th percentile for lognormal outputs."""
+    positive("ttft_slo_s", ttft_slo_s)
+    positive("tpot_slo_s", tpot_slo_s)
+    out = traffic.output_tokens
+    if traffic.output_dist == "lognormal":
+        mu = math.log(out) - traffic.sigma**2 / 2
+        out = math.exp(mu + 2.326 * traffic.sigma)
+    return ttft_slo_s + max(out - 1, 0) * tpot_slo_s
+
+
+@dataclass(frozen=True)
+class Window:
+    """A steady-state trial: arrivals over ``warmup_s + measure_s + tail_s`` seconds, requests
+    counted when they arrive in ``[warmup_s, warmup_s + measure_s)``."""
+
+    warmup_s: float
+    measure_s: float
+    tail_s: float
+
+    def __post_init__(self):
+        non_negative("warmup_s", self.warmup_s)
+        positive("measure_s", self.measure_s)
+        non_negative("tail_s", self.tail_s)
+
+    @property
+    def total_s(self) -> float:
+        return self.warmup_s + self.measure_s + self.tail_s
+
+
+def window_for(
+    traffic: Traffic,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    warmup_lifetimes: float = WARMUP_LIFETIMES,
+    window_lifetimes: float = WINDOW_LIFETIMES,
+) -> Window:
+    """The book's steady-state window for ``traffic``: warm-up and counted window in lifetimes,
+    then one lifetime of arrivals that are not counted."""
+    life = lifetime_s(traffic, ttft_slo_s, tpot_slo_s)
+    non_negative("warmup_lifetimes", warmup_lifetimes)
+    positive("window_lifetimes", window_lifetimes)
+    return Window(warmup_lifetimes * life, window_lifetimes * life, life)
+
+
+def steady_run(
+    system: Colocated | Disaggregated,
+    traffic: Traffic,
+    window: Window,
+    cost: CostModel = COST,
+) -> SimResult:
+    """Simulate ``traffic`` at its rate for ``window.total_s`` seconds of arrivals (its
+    ``requests`` is ignored) and count only the requests arriving inside the window."""
+    if not isinstance(window, Window):
+        raise ValueError(f"window must be a Window, got {window!r}")
+    mean = traffic.rate_rps * window.total_s
+    n = max(2, math.ceil(mean + 6 * math.sqrt(mean) + 10))
+    t = Traffic(**{**traffic.__dict__, "requests": n})
+    result = simulate(system, t, cost)
+    result.window_s = (window.warmup_s, window.warmup_s + window.measure_s)
+    return result
+
+
+def attainment(
+    system: Colocated | Disaggregated,
+    traffic: Traffic,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    window: Window | None = None,
+    cost: CostModel = COST,
+) -> float:
+    """Steady-state share of requests meeting both targets at ``traffic.rate_rps`` (one seed)."""
+    window = window or window_for(traffic, ttft_slo_s, tpot_slo_s)
+    return steady_run(system, traffic, window, cost).attainment(ttft_slo_s, tpot_slo_s)
+
+
+# --- capacity bounds -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CapacityBound:
+    """The most requests per second that can meet the targets, from the cost model alone.
+
+    ``prefill_rps``: prefill work, replicas x prefill tokens/s over uncached tokens per request.
+    ``decode_rps``: Little's law on the decode batches: a request meeting TPOT ``t`` sees steps of
+    at most ``t`` on average, which caps the batch at ``b* = (t - a) / k``, so a replica serves at
+    most ``b* / ((output - 1) t)`` such requests per second. For colocated replicas the two share
+    each replica's time (costs add when ``overlap`` is 0, the longer one counts when it is 1).
+    ``rps`` is the binding bound. These hold for requests that meet the targets, so a rate at
+    which a share ``target`` of requests meets them is at most ``rps / target``; with mean lengths
+    for lognormal traffic they are a guide, not a proof.
+    """
+
+    prefill_rps: float
+    decode_rps: float
+    rps: float
+
+
+def capacity_bound(
+    system: Colocated | Disaggregated,
+    traffic: Traffic,
+    tpot_slo_s: float,
+    cost: CostModel = COST,
+) -> CapacityBound:
+    """Upper bound on the rate of requests meeting the TPOT target (and any TTFT target)."""
+    positive("tpot_slo_s", tpot_slo_s)
+    a, k, tau = cost.decode_base_s, cost.decode_per_request_s, cost.prefill_s_per_token
+    if tpot_slo_s <= a:
+        raise ValueError(
+            f"tpot_slo_s must exceed the decode step's fixed part {a} s, got {tpot_slo_s}"
+        )
+    uncached = max(1.0, math.ceil(traffic.prompt_tokens * (1 - traffic.hit_rate) - 1e-9))
+    steps = max(traffic.output_tokens - 1, 0)
+    pre_s = uncached * tau  # replica-seconds of prefill per request
+    # replica-seconds of decode per request meeting TPOT: (O - 1) steps of batch <= b*, so at
+    # least (O - 1) x k x t / (t - a) (the fixed part a shared by at most b* requests)
+    batch = min((tpot_slo_s - a) / k, system.max_batch)
+    dec_s = steps * (a + k * batch) / batch
+    if isinstance(system, Disaggregated):
+        p = system.prefill / pre_s
+        d = math.inf if dec_s == 0 else system.decode / dec_s
+        return CapacityBound(p, d, min(p, d))
+    n, w = system.replicas, system.overlap
+    p = n / pre_s
+    d = math.inf if dec_s == 0 else n / dec_s
+    both = n / ((1 - w) * (pre_s + dec_s) + w * max(pre_s, dec_s))
+    return CapacityBound(p, d, min(p, d, both))
+
+
+# --- goodput -----------------------------------------------------------------------------------------
+
+
+def _with_rate(traffic: Traffic, rate: float, seed: int | None = None) -> Traffic:
+    fields_ = {**traffic.__dict__, "rate_rps": rate}
+    if seed is not None:
+        fields_["seed"] = seed
+    return Traffic(**fields_)
+
+
 def max_rate(
     system: Colocated | Disaggregated,
     traffic: Traffic,
     ttft_slo_s: float,
     tpot_slo_s: float,
     target: float = 0.9,
-    lo_rps: float = 0.5,
-    hi_rps: float = 100.0,
-    iters: int = 8,
+    guess_rps: float | None = None,
+    rtol: float = 0.02,
+    window: Window | None = None,
     cost: CostModel = COST,
-    duration_s: float | None = None,
 ) -> float:
-    """DistServe's goodput: the highest arrival rate whose SLO attainment stays >= ``target``
-    (bisection on the rate, same seed each time). Returns 0 if even ``lo_rps`` misses it.
+    """DistServe's goodput for one seed (``traffic.seed``): the highest arrival rate whose
+    steady-state SLO attainment stays >= ``target``, to a relative tolerance ``rtol``.
 
-    Each trial simulates ``traffic.requests`` requests, or, with ``duration_s``, as many as arrive
-    in that many seconds at the trial's rate (so fast trials are not cut short before queues form).
+    The search starts at ``guess_rps`` (default: 80 % of the capacity bound), steps up or down
+    until the target is crossed, then bisects. It never goes above the capacity bound over
+    ``target``, which no rate can beat with fixed lengths (:class:`CapacityBound`; twice that
+    with lognormal lengths); returns 0 when even a hundredth of the bound misses.
     """
     check_number("target", target, lo=0, hi=1, lo_open=True)
-    positive("lo_rps", lo_rps)
-    check_number("hi_rps", hi_rps, lo=lo_rps, lo_open=True)
-    check_int("iters", iters, lo=1)
-    if duration_s is not None:
-        positive("duration_s", duration_s)
+    check_number("rtol", rtol, lo=1e-4, hi=0.5)
+    cap = capacity_bound(system, traffic, tpot_slo_s, cost).rps / target
+    if traffic.prompt_dist != "fixed" or traffic.output_dist != "fixed":
+        cap *= 2  # the bound uses mean lengths: only a guide for varied lengths
+    window = window or window_for(traffic, ttft_slo_s, tpot_slo_s)
+    if guess_rps is not None:
+        positive("guess_rps", guess_rps)
+    guess = min(guess_rps or 0.8 * cap, cap)
 
-    def ok(rate):
-        n = traffic.requests if duration_s is None else max(50, math.ceil(rate * duration_s))
-        t = Traffic(**{**traffic.__dict__, "rate_rps": rate, "requests": n})
-        return simulate(system, t, cost).attainment(ttft_slo_s, tpot_slo_s) >= target
+    def ok(rate: float) -> bool:
+        t = _with_rate(traffic, rate)
+        return steady_run(system, t, window, cost).attainment(ttft_slo_s, tpot_slo_s) >= target
 
-    if not ok(lo_rps):
-        return 0.0
-    if ok(hi_rps):
-        return hi_rps
-    lo, hi = lo_rps, hi_rps
-    for _ in range(iters):
+    step = 1.0 + 2 * rtol if guess_rps is not None else 1.25
+    if ok(guess):
+        lo, hi = guess, None
+        while hi is None:
+            nxt = min(lo * step, cap)
+            if nxt <= lo * (1 + rtol / 2):
+                return lo  # at the bound
+            if ok(nxt):
+                lo = nxt
+            else:
+                hi = nxt
+    else:
+        lo, hi = None, guess
+        while lo is None:
+            nxt = hi / step
+            if nxt < cap / 100:
+                return 0.0
+            if ok(nxt):
+                lo = nxt
+            else:
+                hi = nxt
+    while hi / lo > 1 + rtol:
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo
 
 
-__all__ = [
-    "Colocated",
-    "Disaggregated",
-    "EventLoop",
-    "Replica",
-    "SimResult",
-    "Simulation",
-    "Traffic",
-    "bench",
-    "goodput_table",
-    "max_rate",
-    "simulate",
-    "splits",
-]
+def attainment_by_window(
+    system: Colocated | Disaggregated,
+    traffic: Traffic,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    lifetimes=(1, 2, 5, 10, 20),
+    warmup_lifetimes: float = WARMUP_LIFETIMES,
+    cost: CostModel = COST,
+) -> dict[float, float]:
+    """Attainment over counted windows of each length in ``lifetimes`` (request lifetimes), all
+    starting after the same warm-up, from one run as long as the longest: how long a window has
+    to be for the figure to settle."""
+    lifetimes = sorted(float(positive("lifetimes", x)) for x in lifetimes)
+    life = lifetime_s(traffic, ttft_slo_s, tpot_slo_s)
+    window = Window(warmup_lifetimes * life, lifetimes[-1] * life, life)
+    r = steady_run(system, traffic, window, cost)
+    ok = (r.ttft_s <= ttft_slo_s) & (r.tpot_s <= tpot_slo_s)
+    out = {}
+    for n in lifetimes:
+        w = (r.arrival_s >= window.warmup_s) & (r.arrival_s < window.warmup_s + n * life)
+        out[n] = float(ok[w].mean()) if w.any() else math.nan
+    return out
+
+
+def _seed_rate(args) -> float:
+    system, traffic, ttft, tpot, target, guess, rtol, window, cost = args
+    return max_rate(system, traffic, ttft, tpot, target, guess, rtol, window, cost)
+
+
+def _map(fn, items: list, processes: int) -> list:
+    if processes <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    import multiprocessing as mp
+
+    methods = mp.get_all_start_methods()
+    ctx = mp.get_context("fork" if "fork" in methods else None)
+    with ctx.Pool(min(processes, len(items))) as pool:
+        return pool.map(fn, items, chunksize=1)
 
 
 def goodput_table(
@@ -575,25 +821,71 @@ def goodput_table(
     ttft_slo_s: float,
     tpot_slo_s: float,
     target: float = 0.9,
-    lo_rps: float = 0.5,
-    hi_rps: float = 60.0,
-    iters: int = 6,
-    progress: Callable | None = None,
+    seeds=None,
+    rtol: float = 0.02,
+    window: Window | None = None,
+    processes: int = 1,
     cost: CostModel = COST,
-    duration_s: float | None = None,
 ):
-    """One row per system: its label, P and D (0 for colocated) and :func:`max_rate`.
+    """Steady-state goodput of each system over ``seeds`` (default
+    :data:`kvlab.seeds.DEFAULT_SEEDS`), one row per system.
 
-    ``progress`` wraps the iterable (pass ``tqdm`` for a progress bar). Returns a pandas DataFrame.
+    Columns: ``system``, ``prefill`` and ``decode`` (0 for colocated), ``replicas``,
+    ``goodput`` (a :class:`kvlab.seeds.Spread` of the per-seed rates, requests/s), its
+    ``goodput_rps`` mean, ``std``, ``lo`` and ``hi``, and ``capacity_rps`` (the capacity bound).
+    The first seed's search starts from the capacity bound; the other seeds start from its
+    result, which saves most of their trials. ``processes`` > 1 spreads the trials over that
+    many worker processes.
     """
     import pandas as pd
 
+    from . import seeds as seeds_mod
+
     systems = list(systems)
-    rows = []
-    for system in progress(systems) if progress else systems:
-        rate = max_rate(
-            system, traffic, ttft_slo_s, tpot_slo_s, target, lo_rps, hi_rps, iters, cost, duration_s
+    seed_list = list(seeds_mod.DEFAULT_SEEDS if seeds is None else seeds)
+    if not seed_list:
+        raise ValueError("seeds must hold at least one seed, got none")
+    processes = check_int("processes", processes, lo=1)
+    windows = [window or window_for(traffic, ttft_slo_s, tpot_slo_s) for _ in systems]
+    first = _map(
+        _seed_rate,
+        [
+            (
+                s,
+                _with_rate(traffic, traffic.rate_rps, seed_list[0]),
+                ttft_slo_s,
+                tpot_slo_s,
+                target,
+                None,
+                rtol,
+                w,
+                cost,
+            )
+            for s, w in zip(systems, windows, strict=True)
+        ],
+        processes,
+    )
+    rest_args = [
+        (
+            s,
+            _with_rate(traffic, traffic.rate_rps, seed),
+            ttft_slo_s,
+            tpot_slo_s,
+            target,
+            g if g > 0 else None,
+            rtol,
+            w,
+            cost,
         )
+        for s, w, g in zip(systems, windows, first, strict=True)
+        for seed in seed_list[1:]
+    ]
+    rest = _map(_seed_rate, rest_args, processes)
+    per = len(seed_list) - 1
+    rows = []
+    for i, system in enumerate(systems):
+        values = [first[i], *rest[i * per : (i + 1) * per]]
+        spread = seeds_mod.summarise(values, seed_list)
         p, d = (system.prefill, system.decode) if isinstance(system, Disaggregated) else (0, 0)
         rows.append(
             {
@@ -601,10 +893,93 @@ def goodput_table(
                 "prefill": p,
                 "decode": d,
                 "replicas": system.total,
-                "max_rate_rps": rate,
+                "goodput": spread,
+                "goodput_rps": spread.mean,
+                "std": spread.std,
+                "lo": spread.lo,
+                "hi": spread.hi,
+                "capacity_rps": capacity_bound(system, traffic, tpot_slo_s, cost).rps,
             }
         )
     return pd.DataFrame(rows)
+
+
+def system_for(split: int | tuple[int, int], **options) -> Colocated | Disaggregated:
+    """``n`` -> ``Colocated(n)``; ``(p, d)`` -> ``Disaggregated(p, d)`` (``options`` passed on)."""
+    if isinstance(split, tuple):
+        if len(split) != 2:
+            raise ValueError(f"split must be an int or a (prefill, decode) pair, got {split!r}")
+        return Disaggregated(split[0], split[1], **options)
+    return Colocated(check_int("split", split, lo=1), **options)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One steady-state trial: attainment (share) and goodput (requests/s meeting both targets)."""
+
+    attainment: float
+    goodput_rps: float
+    capacity_rps: float
+
+
+def point(
+    rate_rps: float,
+    prompt_tokens: float,
+    output_tokens: float,
+    hit_rate: float,
+    split: int | tuple[int, int],
+    seed: int = 0,
+    ttft_slo_s: float = 1.0,
+    tpot_slo_s: float = 0.040,
+    window_lifetimes: float = WINDOW_LIFETIMES,
+    cost: CostModel = COST,
+) -> Point:
+    """One steady-state trial of the book's systems, for grids of runs: ``split`` is ``n``
+    colocated replicas (chunked prefill) or a ``(prefill, decode)`` pair. Fixed lengths."""
+    traffic = Traffic(
+        rate_rps=rate_rps,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        hit_rate=hit_rate,
+        seed=seed,
+    )
+    system = system_for(split)
+    window = window_for(traffic, ttft_slo_s, tpot_slo_s, window_lifetimes=window_lifetimes)
+    r = steady_run(system, traffic, window, cost)
+    return Point(
+        r.attainment(ttft_slo_s, tpot_slo_s),
+        r.goodput_rps(ttft_slo_s, tpot_slo_s),
+        capacity_bound(system, traffic, tpot_slo_s, cost).rps,
+    )
+
+
+__all__ = [
+    "WARMUP_LIFETIMES",
+    "WINDOW_LIFETIMES",
+    "CapacityBound",
+    "Colocated",
+    "Disaggregated",
+    "EventLoop",
+    "Point",
+    "Replica",
+    "SimResult",
+    "Simulation",
+    "Traffic",
+    "Window",
+    "attainment",
+    "attainment_by_window",
+    "bench",
+    "capacity_bound",
+    "goodput_table",
+    "lifetime_s",
+    "max_rate",
+    "point",
+    "simulate",
+    "splits",
+    "steady_run",
+    "system_for",
+    "window_for",
+]
 
 
 def bench(requests: int = 100_000, seed: int = 0) -> dict[str, float]:

@@ -76,6 +76,13 @@ def test_problem22_transfer_figures():
     )
     per_gpu = calc.per_gpu_bytes(b8k, 8)
     assert units.fmt_bytes(per_gpu) == "328 MB"
+    # one rule for every TP: split while tp <= KV heads, one whole (replicated) head beyond
+    assert calc.per_gpu_bytes(b8k, 8, A.MODEL.kv_heads) == per_gpu
+    assert calc.per_gpu_bytes(b8k, 16, A.MODEL.kv_heads) == per_gpu
+    assert calc.per_gpu_bytes(b8k, 4, A.MODEL.kv_heads) == 2 * per_gpu
+    assert calc.per_gpu_bytes(b8k, 16) == per_gpu / 2  # without kv_heads: heads assumed to split
+    with pytest.raises(ValueError, match="kv_heads"):
+        calc.per_gpu_bytes(b8k, 8, 0)
     nvlink = calc.one_way_bandwidth(hardware.H100_SXM.nvlink_bidir_bytes_per_s)
     assert nvlink == 450e9
     assert units.fmt_seconds(calc.transfer_seconds(per_gpu, nvlink)) == "0.73 ms"
@@ -228,11 +235,29 @@ def test_units_formatting():
 
 def test_hardware_and_models():
     assert hardware.H100_SXM.nvlink_one_way_bytes_per_s == 450e9
-    assert hardware.find_gpu("NVIDIA H100 80GB HBM3") is hardware.H100_SXM
-    assert hardware.find_gpu("NVIDIA H100 NVL") is hardware.H100_NVL
-    assert hardware.find_gpu("Tesla T4") is hardware.T4
-    assert hardware.find_gpu("NVIDIA H200") is hardware.H200
     assert hardware.find_gpu("Some CPU") is None
+
+
+# the names drivers report (torch.cuda.get_device_name, nvidia-smi), one test per product
+@pytest.mark.parametrize(
+    "reported, name, hbm_tb_s",
+    [
+        ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM", 1.555),  # Colab's A100
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM", 2.039),
+        ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe", 1.935),
+        ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe", 1.555),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM", 3.35),
+        ("NVIDIA H100 PCIe", "H100 PCIe", 2.0),
+        ("NVIDIA H100 NVL", "H100 NVL", 3.9),
+        ("NVIDIA H200", "H200", 4.8),
+        ("NVIDIA L4", "L4", 0.3),
+        ("Tesla T4", "T4", 0.32),
+    ],
+)
+def test_find_gpu_matches_reported_product_names(reported, name, hbm_tb_s):
+    gpu = hardware.find_gpu(reported)
+    assert gpu is not None and gpu.name == name
+    assert gpu.hbm_bytes_per_s == pytest.approx(hbm_tb_s * 1e12)
     assert models.LLAMA_70B.gqa_group == 8
     with pytest.raises(ValueError, match="kv_heads"):
         models.LLAMA_70B.with_(kv_heads=3)

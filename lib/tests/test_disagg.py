@@ -202,3 +202,39 @@ def test_latex_renders():
     assert "max" in disagg.latex("exposed_transfer")
     with pytest.raises(ValueError, match="name"):
         disagg.latex("nope")
+
+
+# --- one per-GPU rule: split while tp <= KV heads, one replicated head beyond ---------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    heads_exp=st.integers(min_value=0, max_value=4),
+    tp_exp=st.integers(min_value=0, max_value=6),
+    tokens=st.integers(min_value=1, max_value=200_000),
+    link=st.sampled_from(["nvlink", "pcie", "nic_per_gpu"]),
+)
+def test_kv_transfer_per_gpu_agrees_with_reshard(heads_exp, tp_exp, tokens, link):
+    heads, tp = 2**heads_exp, 2**tp_exp
+    model = LLAMA_70B.with_(kv_heads=heads)
+    t = disagg.kv_transfer(model, tokens, tp=tp, link=link)
+    plan = disagg.reshard(heads, tp, tp, t.bytes)
+    assert t.per_gpu_bytes == pytest.approx(max(plan.received_bytes()))
+    assert t.per_gpu_bytes == pytest.approx(max(plan.sent_bytes()))
+    assert t.moved_bytes == pytest.approx(plan.total_bytes)
+    assert t.seconds == pytest.approx(plan.seconds(t.link_bytes_per_s))
+    # never less than one whole head per GPU
+    assert t.per_gpu_bytes >= t.bytes / heads * (1 - 1e-12)
+
+
+def test_tp_beyond_kv_heads_replicates_one_head_per_gpu():
+    t16 = disagg.kv_transfer(LLAMA_70B, 8_000, tp=16)
+    t8 = disagg.kv_transfer(LLAMA_70B, 8_000, tp=8)
+    assert units.fmt_bytes(t16.per_gpu_bytes) == "328 MB"  # one whole head, not 164 MB
+    assert units.fmt_seconds(t16.seconds) == "6.6 ms"  # not 3.3 ms
+    assert units.fmt_bytes(t16.moved_bytes) == "5.24 GB"
+    assert t16.per_gpu_bytes == t8.per_gpu_bytes and t8.moved_bytes == t8.bytes
+    one = disagg.kv_transfer(LLAMA_70B, 8_000, tp=16, link="one_nic")
+    assert one.seconds == pytest.approx(
+        2 * disagg.kv_transfer(LLAMA_70B, 8_000, link="one_nic").seconds
+    )

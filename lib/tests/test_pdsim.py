@@ -114,10 +114,111 @@ def test_lognormal_lengths_keep_mean_and_seed():
 
 
 def test_max_rate_brackets():
-    t = pdsim.Traffic(requests=600, seed=4)
-    rate = pdsim.max_rate(pdsim.Disaggregated(2, 1), t, 1.0, 0.040, iters=5, hi_rps=40)
+    t = pdsim.Traffic(seed=4)
+    rate = pdsim.max_rate(pdsim.Disaggregated(2, 1), t, 1.0, 0.040)
     # two prefill replicas do 20,000 tokens/s = 6.7 requests/s of 3,000 tokens at most
-    assert 3 < rate < 6.7
+    assert 5 < rate < 20_000 / 3_000
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_runs_of_decode_steps_match_stepping_one_by_one(seed, monkeypatch):
+    traffic = pdsim.Traffic(
+        rate_rps=9, requests=1_500, prompt_dist="lognormal", output_dist="lognormal", seed=seed
+    )
+    systems = [*SYSTEMS, pdsim.Disaggregated(3, 1, max_batch=8)]
+    fast = [pdsim.simulate(s, traffic) for s in systems]
+    monkeypatch.setattr(pdsim.Replica, "runs", False)
+    for system, a in zip(systems, fast, strict=True):
+        b = pdsim.simulate(system, traffic)
+        np.testing.assert_allclose(a.first_token_s, b.first_token_s, rtol=0, atol=1e-8)
+        np.testing.assert_allclose(a.finish_s, b.finish_s, rtol=0, atol=1e-8)
+        np.testing.assert_allclose(a.replica_busy_s, b.replica_busy_s, rtol=0, atol=1e-8)
+
+
+def test_steady_window_counts_only_its_arrivals():
+    t = pdsim.Traffic(rate_rps=15, seed=2)
+    w = pdsim.window_for(t, 1.0, 0.040)
+    life = 1.0 + 299 * 0.040
+    assert (w.warmup_s, w.measure_s, w.tail_s) == pytest.approx(
+        (pdsim.WARMUP_LIFETIMES * life, pdsim.WINDOW_LIFETIMES * life, life)
+    )
+    r = pdsim.steady_run(pdsim.Disaggregated(7, 3), t, w)
+    assert r.arrival_s[-1] >= w.total_s  # arrivals go on past the counted window
+    counted = (r.arrival_s >= w.warmup_s) & (r.arrival_s < w.warmup_s + w.measure_s)
+    ok = (r.ttft_s <= 1.0) & (r.tpot_s <= 0.040)
+    assert r.attainment(1.0, 0.040) == pytest.approx(ok[counted].mean())
+    assert r.goodput_rps(1.0, 0.040) == pytest.approx(ok[counted].sum() / w.measure_s)
+    p = pdsim.point(15, 3_000, 300, 0.0, (7, 3), seed=2)
+    assert p.attainment == pytest.approx(r.attainment(1.0, 0.040))
+    assert p.capacity_rps == pytest.approx(70_000 / 3_000)
+
+
+def test_capacity_bounds_by_hand():
+    book = pdsim.Traffic()
+    mix = pdsim.Traffic(prompt_tokens=1_000, output_tokens=1_000)
+    # Little's law: at most (0.040 - 0.020) / 0.0002 = 100 requests per decode replica
+    assert pdsim.capacity_bound(pdsim.Disaggregated(3, 7), mix, 0.040).decode_rps == (
+        pytest.approx(7 * 100 / (999 * 0.040))
+    )
+    assert pdsim.capacity_bound(pdsim.Disaggregated(7, 3), book, 0.040).prefill_rps == (
+        pytest.approx(7 * 10_000 / 3_000)
+    )
+    col = pdsim.capacity_bound(pdsim.Colocated(10), book, 0.040)
+    assert col.rps == pytest.approx(10 / (0.3 + 299 * 0.0002 * 0.040 / 0.020))
+    ideal = pdsim.capacity_bound(pdsim.Colocated(10, overlap=1.0), book, 0.040)
+    assert ideal.rps == pytest.approx(min(ideal.prefill_rps, ideal.decode_rps))
+    with pytest.raises(ValueError, match="tpot_slo_s"):
+        pdsim.capacity_bound(pdsim.Colocated(10), book, 0.020)
+
+
+# the cases: from an empty system, 40 s runs printed 25.2 requests/s for 3 : 7 (bound
+# 17.5), 11.3 for 7 : 3 (bound 7.5) and 9.4 for 1 : 1 (bound 8.4)
+MIX = pdsim.Traffic(prompt_tokens=1_000, output_tokens=1_000)
+SHORT = pdsim.Traffic(prompt_tokens=300, output_tokens=300)
+BOUND_CASES = [
+    (pdsim.Disaggregated(3, 7), MIX),
+    (pdsim.Disaggregated(7, 3), MIX),
+    (pdsim.Disaggregated(1, 1), SHORT),
+    (pdsim.Colocated(2), SHORT),
+    (pdsim.Colocated(10, overlap=1.0), pdsim.Traffic()),
+]
+
+
+@pytest.mark.parametrize("system, traffic", BOUND_CASES, ids=lambda x: getattr(x, "label", ""))
+def test_goodput_never_exceeds_the_capacity_bound(system, traffic):
+    cap = pdsim.capacity_bound(system, traffic, 0.040)
+    w = pdsim.window_for(traffic, 1.0, 0.040)
+    rate = pdsim.max_rate(system, traffic, 1.0, 0.040, rtol=0.03, window=w)
+    # at the found rate, requests meeting both targets in the window cannot outrun capacity over
+    # the window plus one lifetime (the slack of a finite window) ...
+    r = pdsim.steady_run(system, pdsim.Traffic(**{**traffic.__dict__, "rate_rps": rate}), w)
+    good = ((r.ttft_s <= 1.0) & (r.tpot_s <= 0.040))[r._window(0.0)].sum()
+    assert good <= cap.rps * (w.measure_s + w.tail_s)
+    # ... and the steady-state goodput itself stays under the bound
+    assert rate <= cap.rps
+
+
+def test_runs_from_empty_overstate_goodput():
+    # the old method, 40 s of arrivals from an empty system, passes 3 : 7 at 25 requests/s on the
+    # shifted mix: above the capacity bound, which the steady window does not allow
+    system = pdsim.Disaggregated(3, 7)
+    cap = pdsim.capacity_bound(system, MIX, 0.040).rps
+    short = pdsim.simulate(
+        system, pdsim.Traffic(**{**MIX.__dict__, "rate_rps": 25.0, "requests": 1_000})
+    )
+    assert 25.0 > cap / 0.9 and short.attainment(1.0, 0.040) >= 0.9
+    steady = pdsim.attainment(
+        system, pdsim.Traffic(**{**MIX.__dict__, "rate_rps": 25.0}), 1.0, 0.040
+    )
+    assert steady < 0.5
+
+
+def test_goodput_table_over_seeds():
+    t = pdsim.goodput_table(
+        [pdsim.Disaggregated(2, 1), pdsim.Colocated(3)], SHORT, 1.0, 0.040, seeds=(0, 1)
+    )
+    assert list(t.prefill) == [2, 0] and t.goodput[0].n == 2
+    assert (t.goodput_rps <= t.capacity_rps).all() and (t.lo <= t.goodput_rps).all()
 
 
 def test_bad_input():

@@ -7,7 +7,8 @@ Kinds of copy (``kind``):
 - ``d2h_pinned``, ``d2h_pageable``: GPU 0 back to host.
 - ``d2d``: GPU 0 to another buffer on GPU 0 (a real ``copy_`` into a second buffer, which reads
   and writes HBM; ``tensor.to(same_device)`` would be a no-op).
-- ``p2p``: GPU 0 to GPU 1 (NVLink or PCIe, peer access where enabled).
+- ``p2p``: GPU 0 to GPU 1 (NVLink when NVML reports it, else PCIe; peer access alone does not
+  say which).
 
 GPU copies are timed with CUDA events after warm-up (``p2p`` with synchronised wall clock, as its
 two devices have separate streams); host copies with ``time.perf_counter``. Each result is the
@@ -91,6 +92,29 @@ def reference_bandwidth(
     if nvlink and gpu.nvlink_one_way_bytes_per_s:
         return gpu.nvlink_one_way_bytes_per_s, f"{gpu.name} NVLink, one way"
     return gpu.pcie_one_way_bytes_per_s, f"{gpu.name} PCIe, one way"
+
+
+def nvlink_active(device: int = 0) -> bool:
+    """Whether NVML reports an active NVLink on GPU ``device``. Peer access
+    (``torch.cuda.can_device_access_peer``) does not tell: two GPUs on one PCIe switch report it
+    too. Without NVML (``pynvml``) this answers False, and GPU-to-GPU copies are compared with
+    PCIe."""
+    try:
+        import pynvml
+    except ImportError:
+        return False
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device)
+        for link in range(18):  # NVML_NVLINK_MAX_LINKS on Hopper
+            try:
+                if pynvml.nvmlDeviceGetNvLinkState(handle, link):
+                    return True
+            except pynvml.NVMLError:
+                break
+        return False
+    except Exception:  # no driver, no such device: no NVLink we can vouch for
+        return False
 
 
 def copy_kinds(discovery=None) -> dict[str, str | None]:
@@ -206,7 +230,7 @@ def time_copy(
             times.append(dt)
     nvlink = True
     if kind == "p2p":
-        nvlink = bool(torch.cuda.can_device_access_peer(0, 1))
+        nvlink = nvlink_active(0)
     ref, ref_name = reference_bandwidth(kind, gpu if on_gpu else None, nvlink=nvlink)
     del src, dst
     if on_gpu:

@@ -227,6 +227,13 @@ class TinyTransformer(nn.Module):
     def params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    @property
+    def block_params(self) -> int:
+        """Parameters of the transformer blocks only: the weights every prompt token multiplies
+        through. The embedding is a lookup (no FLOPs) and the LM head runs on the last position
+        only, so neither belongs in a prefill FLOP count."""
+        return sum(p.numel() for p in self.blocks.parameters())
+
     @torch.no_grad()
     def forward(self, ids, past=None):
         """(logits of the last position [vocab], hidden states [T, d_model], KV per layer).

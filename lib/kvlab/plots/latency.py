@@ -126,17 +126,45 @@ def ecdf(values, ax, label=None, color=None, scale=1.0, **kwargs):
     return ax
 
 
-def split_sweep(labels, rates, colocated: dict[str, float], ax=None, highlight=None):
-    """Bars: goodput (max rate at the SLO target) per P:D split; lines: colocated references."""
+def split_sweep(
+    labels, rates, colocated: dict[str, float], ax=None, highlight=None, errors=None, bounds=None
+):
+    """Bars: goodput (max rate at the SLO target) per P:D split, with ``errors`` (one standard
+    deviation over seeds) as error bars and ``bounds`` (the capacity bound of each split) as
+    ticks; lines: colocated references."""
     fig, ax = _axes(ax)
     colors = [COLORS["disaggregated"] if lab != highlight else "#1a5276" for lab in labels]
-    ax.bar(labels, rates, color=colors)
+    ax.bar(labels, rates, color=colors, yerr=errors, capsize=3 if errors is not None else 0)
+    if bounds is not None:
+        ax.scatter(
+            labels, bounds, marker="_", s=260, color="#333333", zorder=3, label="capacity bound"
+        )
     styles = ["--", ":", "-."]
     for i, (name, rate) in enumerate(colocated.items()):
         ax.axhline(rate, color=COLORS["colocated"], ls=styles[i % 3], lw=1.8, label=name)
-    top = max([*rates, *colocated.values()])
+    top = max([*rates, *colocated.values(), *(bounds if bounds is not None else [])])
     ax.set_ylim(0, top * 1.3)
     ax.set_xlabel("prefill : decode replicas")
     ax.set_ylabel("goodput (requests/s at 90 % SLO)")
     ax.legend(fontsize=8, loc="upper left", ncols=2)
+    return fig
+
+
+def window_convergence(curves: dict[str, tuple], ax=None):
+    """Attainment against the counted window's length (in request lifetimes): ``curves`` maps a
+    label to (lifetimes, means, standard deviations over seeds)."""
+    fig, ax = _axes(ax, (5.5, 3.4))
+    for label, (x, mean, std) in curves.items():
+        ax.errorbar(
+            x,
+            np.asarray(mean) * 100,
+            yerr=np.asarray(std) * 100,
+            marker="o",
+            capsize=3,
+            label=label,
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("counted window (request lifetimes, after the warm-up)")
+    ax.set_ylabel("requests meeting both targets (%)")
+    ax.legend(fontsize=8)
     return fig
