@@ -249,6 +249,31 @@ def simulate_layerwise(
     return max(link_free - layers * c, 0.0)
 
 
+#: How the KV moves, per path: who starts the copy, and when. What the first token waits for
+#: differs: a pull or a push after prefill exposes the whole transfer; a push layer by layer
+#: exposes only what is still in flight when the last layer is computed.
+TRANSFER_PATHS = {
+    "pull after prefill": "the decode worker reads the blocks once prefill has finished "
+    "(vLLM's NixlConnector)",
+    "push after prefill": "the prefill worker writes the blocks into slots the decode worker "
+    "reserved, once its forward pass is done (SGLang's PD mode)",
+    "push layer by layer": "the prefill worker sends each layer's KV as soon as that layer is "
+    "computed (Mooncake's layer-wise connector in vLLM Ascend; DistServe, Splitwise)",
+}
+
+
+def exposed_on_path(
+    path: str, prefill_s: float, transfer_s: float, layers: int, per_message_s: float = 0.0
+) -> float:
+    """Seconds of transfer the first token waits for on ``path`` (:data:`TRANSFER_PATHS`): the
+    whole transfer after prefill, or :func:`exposed_transfer_seconds` layer by layer."""
+    check_choice("path", path, TRANSFER_PATHS)
+    exposed = exposed_transfer_seconds(prefill_s, transfer_s, layers, per_message_s)  # checks
+    if path == "push layer by layer":
+        return exposed
+    return per_message_s + transfer_s  # one message, started when prefill ends
+
+
 # --- re-sharding between tensor-parallel layouts --------------------------------------------------
 
 
@@ -521,6 +546,7 @@ __all__ = [
     "FORMULAS",
     "LINKS",
     "PRECISION_BYTES",
+    "TRANSFER_PATHS",
     "CostModelCheck",
     "KVTransfer",
     "PoolPlan",
@@ -533,6 +559,7 @@ __all__ = [
     "decode_intensity",
     "evaluate",
     "evaluate_array",
+    "exposed_on_path",
     "exposed_transfer_seconds",
     "heads_on_gpu",
     "kv_transfer",

@@ -104,6 +104,17 @@ GPUS = {
     )
 }
 
+#: Line rates are what links are built for; copies get less. Two H100 SXM GPUs copying over
+#: NVLink (CUDA's p2pBandwidthLatencyTest) reach about 380 of the 450 GB/s one way
+#: (NVIDIA/nccl issue 1264), about 84 %.
+H100_NVLINK_ACHIEVED_ONE_WAY_BYTES_PER_S = 380 * GB
+NVLINK_ACHIEVED_SOURCE = "NVIDIA/nccl issue 1264: H100 SXM p2p copies, 380 of 450 GB/s one way"
+
+#: GPUs that share one NVLink domain (all-to-all over NVSwitch): an HGX H100 or H200 server's 8,
+#: a GB200 NVL72 rack's 72. A transfer between two TP-8 servers stays on NVLink only inside a
+#: domain that holds both, so not inside one HGX server.
+NVLINK_DOMAIN_GPUS = {"HGX H100 / H200 server": 8, "GB200 NVL72 rack": 72}
+
 #: One 400 Gb/s NDR InfiniBand NIC per GPU, the book's assumption: 400e9 / 8 = 50 GB/s one way.
 NIC_NDR_BYTES_PER_S = 400e9 / 8
 NIC_SOURCE = "NVIDIA ConnectX-7 / NDR InfiniBand: 400 Gb/s per port, per direction"

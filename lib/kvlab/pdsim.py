@@ -22,6 +22,12 @@ it is counted when the KV has landed on the decode replica (the conservative con
 (last token - first token) / (output tokens - 1). Goodput, after DistServe, counts requests that
 meet both a TTFT and a TPOT target.
 
+Goodput is measured in steady state (:func:`steady_run`, :func:`max_rate`): a warm-up of
+:data:`WARMUP_LIFETIMES` request lifetimes, then requests counted over :data:`WINDOW_LIFETIMES`,
+with arrivals continuing one lifetime beyond; :func:`goodput_table` repeats it over seeds.
+:func:`capacity_bound` gives the ceiling the cost model allows (prefill tokens per second,
+Little's law on the decode batches); :func:`point` is one trial for grids of runs.
+
 The event loop (:class:`EventLoop`) and replica (:class:`Replica`) are generic: a replica only
 knows its queues and the cost model; routing and bookkeeping live in :class:`Simulation`.
 """

@@ -238,3 +238,13 @@ def test_tp_beyond_kv_heads_replicates_one_head_per_gpu():
     assert one.seconds == pytest.approx(
         2 * disagg.kv_transfer(LLAMA_70B, 8_000, link="one_nic").seconds
     )
+
+
+def test_exposed_transfer_per_path():
+    pre, x = 0.8, disagg.kv_transfer(LLAMA_70B, 8_000).seconds
+    assert disagg.exposed_on_path("pull after prefill", pre, x, 80) == x
+    assert disagg.exposed_on_path("push after prefill", pre, x, 80) == x
+    layerwise = disagg.exposed_on_path("push layer by layer", pre, x, 80)
+    assert layerwise == pytest.approx(x / 80) and units.fmt_seconds(layerwise) == "82 µs"
+    with pytest.raises(ValueError, match="path"):
+        disagg.exposed_on_path("carrier pigeon", pre, x, 80)
