@@ -164,6 +164,10 @@ def window_convergence(curves: dict[str, tuple], ax=None):
             label=label,
         )
     ax.set_xscale("log")
+    ticks = sorted({float(v) for _, (x, _, _) in curves.items() for v in x})
+    ax.set_xticks(ticks, [f"{v:g}" for v in ticks])
+    ax.minorticks_off()
+    ax.set_ylim(top=105)
     ax.set_xlabel("counted window (request lifetimes, after the warm-up)")
     ax.set_ylabel("requests meeting both targets (%)")
     ax.legend(fontsize=8)
