@@ -46,13 +46,13 @@ def engine_python() -> Path | None:
 
 
 class Driver:
-    """vLLM's cache manager in a subprocess: one stream in, its step records out."""
+    """An engine's cache in a subprocess (vLLM's by default): one stream in, its records out."""
 
-    def __init__(self, python: Path, log: Path):
+    def __init__(self, python: Path, log: Path, script: Path = DRIVER):
         self.log = log
         self._err = open(log, "w")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(
-            [str(python), str(DRIVER)],
+            [str(python), str(script)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._err,
@@ -67,11 +67,11 @@ class Driver:
         line = self.proc.stdout.readline()
         if not line:
             tail = self.log.read_text()[-3000:]
-            raise RuntimeError(f"the vLLM driver stopped; its log ends with:\n{tail}")
+            raise RuntimeError(f"the driver stopped; its log ends with:\n{tail}")
         reply = json.loads(line)
         self.version = reply["version"]
         if "error" in reply:
-            raise RuntimeError(f"the vLLM driver failed on a stream: {reply['error']}")
+            raise RuntimeError(f"the driver failed on a stream: {reply['error']}")
         return reply["steps"]
 
     def close(self) -> None:
