@@ -1,7 +1,9 @@
 """Speed of the fleet simulator (not a test): simulated requests per second per policy and cache
-model, and the routing demo's recompute time (all four policies at the defaults).
+model, the routing demo's recompute time (all four policies at the defaults), and the routing
+explorer's grid (its stored compute time, one job timed now and the whole grid extrapolated;
+``--explorer-grid`` recomputes the whole grid on every core, into a temporary file).
 
-Usage: python tools/bench.py [--repeat N]
+Usage: python tools/bench.py [--repeat N] [--explorer-grid]
 """
 
 from __future__ import annotations
@@ -25,9 +27,54 @@ def best_of(fn, repeat):
     return best
 
 
+def explorer_bench(full: bool) -> None:
+    """The routing explorer's grid: what it holds, what it cost, what one job costs now."""
+    import json
+    import os
+    import tempfile
+
+    from kvlab import explorer
+
+    jobs = explorer._jobs()
+    runs = sum(len(j[3]) for j in jobs)
+    print(
+        f"routing explorer grid (kvlab.explorer): {len(explorer.grid_settings()):,} settings x 4 "
+        f"policies, {runs:,} simulate_all runs in {len(jobs)} jobs"
+    )
+    if explorer.CACHE.is_file():
+        data = json.loads(explorer.CACHE.read_text(encoding="utf-8"))
+        state = (
+            "fresh" if data.get("key") == explorer.cache_key() else "STALE (rebuilt at next run)"
+        )
+        print(
+            f"  stored grid: computed in {data.get('seconds')} s on {data.get('processes')} "
+            f"processes; {state}"
+        )
+    else:
+        print("  no stored grid yet (the routing demo notebook computes it)")
+    job = max(jobs, key=lambda j: len(j[3]))
+    t0 = time.perf_counter()
+    explorer._run_job(job)
+    s = time.perf_counter() - t0
+    per_run = s / len(job[3])
+    cores = os.cpu_count() or 1
+    print(
+        f"  one job ({len(job[3])} runs) now: {s:.1f} s, {per_run:.2f} s a run; whole grid about "
+        f"{per_run * runs / cores / 60:.1f} min on {cores} cores"
+    )
+    if full:
+        with tempfile.TemporaryDirectory() as d:
+            t0 = time.perf_counter()
+            explorer.routing_grid(os.path.join(d, "grid.json"), rebuild=True)
+            print(f"  whole grid recomputed: {time.perf_counter() - t0:.1f} s on {cores} cores")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--explorer-grid", action="store_true", help="recompute the explorer's whole grid (slow)"
+    )
     args = ap.parse_args(argv)
     w = workload.ChatWorkload()
     paths = w.paths(16)
@@ -49,6 +96,7 @@ def main(argv=None) -> int:
     for p in routing.POLICIES:
         s = best_of(lambda p=p: fleet.simulate(t, policy=p, warmup=2_000, paths=tp), 1)
         print(f"  prefix            {p:12s} {len(t) / s:10,.0f} requests/s  ({s * 1e3:6.1f} ms)")
+    explorer_bench(args.explorer_grid)
     from kvlab import pdsim, queueing
 
     print(

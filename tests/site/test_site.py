@@ -390,7 +390,7 @@ def test_screenshots(site, server, browser):
 # Pages whose maths must render with the network blocked: a card, a notebook, a lab.
 MATH_PAGES = (
     "book/p08-card.html",
-    "notebooks/p08-05-routing-demo.html",
+    "notebooks/p08-01-why-prefixes-share.html",
     "notebooks/labs/lab1-vllm-prefix-caching.html",
 )
 

@@ -1,0 +1,267 @@
+"""Problem 22 on the static site: SLO attainment of every P : D split beside colocated serving.
+
+The book build runs :func:`kvlab.pdsim.point` (one steady-state trial, seed 0) for a fixed budget
+of :data:`BUDGET` replicas, colocated with chunked prefill and every prefill : decode split, over a
+grid of request rates, prompt lengths, output lengths and prefix hit rates (:data:`GRID`). The
+page only looks results up: the controls filter the table and the chart marks the best split, so
+a reader can push the workload and watch a fixed ratio go stale.
+
+The grid is cached as JSON (:data:`CACHE`, committed) under a key of pdsim's source and the grid;
+:func:`p22_grid` recomputes it, on every core it is given, when the key differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import time
+from pathlib import Path
+
+from .explorer import ROOT, embed_html
+
+__all__ = [
+    "BUDGET",
+    "CACHE",
+    "DEFAULTS",
+    "GRID",
+    "cache_key",
+    "p22_explorer_html",
+    "p22_grid",
+    "write_page_data",
+]
+
+#: Replicas shared by every system of the explorer.
+BUDGET = 10
+#: The controls and their positions; the defaults are the book's Problem 22 workload.
+GRID: dict[str, tuple] = {
+    "rate_rps": (5.0, 10.0, 15.0, 20.0, 25.0, 30.0),
+    "prompt_tokens": (1_000, 3_000, 8_000),
+    "output_tokens": (100, 300, 1_000),
+    "hit_rate": (0.0, 0.5, 0.75),
+}
+DEFAULTS: dict = {"rate_rps": 20.0, "prompt_tokens": 3_000, "output_tokens": 300, "hit_rate": 0.0}
+#: Targets every attainment is measured against (the book's: TTFT 1 s, TPOT 40 ms).
+TTFT_SLO_S, TPOT_SLO_S = 1.0, 0.040
+SEED = 0
+FORMAT = 1
+CACHE = ROOT / "data" / "explorer" / "p22-grid.json"
+
+
+def systems() -> list:
+    """The budget colocated (its replica count) and every (prefill, decode) split of it."""
+    return [BUDGET] + [(p, BUDGET - p) for p in range(1, BUDGET)]
+
+
+def cache_key() -> str:
+    """sha256 of pdsim's and its helpers' source and of the grid's definition."""
+    from . import disagg, latency, pdsim
+
+    h = hashlib.sha256()
+    for module in (pdsim, disagg, latency):
+        h.update(inspect.getsource(module).encode())
+    grid = {
+        "grid": {k: list(v) for k, v in GRID.items()},
+        "budget": BUDGET,
+        "slo": [TTFT_SLO_S, TPOT_SLO_S],
+        "seed": SEED,
+        "format": FORMAT,
+    }
+    h.update(json.dumps(grid, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _label(split) -> str:
+    return f"colocated x{split}" if isinstance(split, int) else f"{split[0]} : {split[1]}"
+
+
+def _job(setting) -> list[dict]:
+    from . import pdsim
+
+    rate, prompt, output, hit = setting
+    out = []
+    for split in systems():
+        pt = pdsim.point(
+            rate,
+            prompt,
+            output,
+            hit,
+            split,
+            seed=SEED,
+            ttft_slo_s=TTFT_SLO_S,
+            tpot_slo_s=TPOT_SLO_S,
+        )
+        out.append(
+            {
+                "r": rate,
+                "P": prompt,
+                "O": output,
+                "H": hit,
+                "sys": _label(split),
+                "pf": 0 if isinstance(split, int) else split[0],
+                "a": round(float(pt.attainment), 4),
+                "g": round(float(pt.goodput_rps), 3),
+            }
+        )
+    best = max((row for row in out if row["pf"]), key=lambda row: (row["a"], row["g"]))
+    for row in out:
+        row["best"] = int(row is best)
+    return out
+
+
+def settings() -> list[tuple]:
+    return [
+        (r, p, o, h)
+        for r in GRID["rate_rps"]
+        for p in GRID["prompt_tokens"]
+        for o in GRID["output_tokens"]
+        for h in GRID["hit_rate"]
+    ]
+
+
+def p22_grid(
+    path: Path | str | None = None, processes: int | None = None, rebuild: bool = False
+) -> dict:
+    """The explorer's table, loaded from ``path`` (default :data:`CACHE`) when its key matches
+    :func:`cache_key`, else computed on ``processes`` cores (default: all) and written there."""
+    import multiprocessing as mp
+
+    path = Path(path) if path is not None else CACHE
+    key = cache_key()
+    if not rebuild and path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = {}
+        if data.get("key") == key:
+            data["rebuilt"] = False
+            return data
+    jobs = settings()
+    processes = processes or os.cpu_count() or 1
+    t0 = time.perf_counter()
+    if processes > 1 and "fork" in mp.get_all_start_methods():
+        with mp.get_context("fork").Pool(processes) as pool:
+            parts = pool.map(_job, jobs, chunksize=1)
+    else:
+        parts = [_job(j) for j in jobs]
+    data = {
+        "key": key,
+        "grid": {k: list(v) for k, v in GRID.items()},
+        "defaults": DEFAULTS,
+        "budget": BUDGET,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "processes": processes,
+        "rows": [row for part in parts for row in part],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    data["rebuilt"] = True
+    return data
+
+
+def write_page_data(static: Path | str) -> Path | None:
+    """Copy the cached table's rows to ``explorer/p22-grid.json`` under the site's ``_static``
+    folder; None when there is no cache yet (called by ``_ext/kvlab_vega.py``)."""
+    if not CACHE.is_file():
+        return None
+    rows = json.loads(CACHE.read_text(encoding="utf-8"))["rows"]
+    out = Path(static) / "explorer" / "p22-grid.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"rows": rows}, separators=(",", ":")), encoding="utf-8")
+    return out
+
+
+def p22_explorer_spec(data_url: str) -> dict:
+    """Vega-Lite spec: attainment of colocated and every split at the chosen setting."""
+    import altair as alt
+
+    from .plots import COLORS
+
+    d = DEFAULTS
+
+    def select(name, key, label, fmt):
+        return alt.param(
+            name=name,
+            value=d[key],
+            bind=alt.binding_select(
+                options=list(GRID[key]), labels=[fmt(v) for v in GRID[key]], name=label
+            ),
+        )
+
+    params = [
+        select("rate", "rate_rps", "Request rate (requests/s) ", lambda v: f"{v:g}"),
+        select("prompt", "prompt_tokens", "Prompt length (tokens) ", lambda v: f"{v:,}"),
+        select("output", "output_tokens", "Output length (tokens) ", lambda v: f"{v:,}"),
+        select("hit", "hit_rate", "Prefix hit rate ", lambda v: f"{v * 100:.0f} %"),
+    ]
+    data = alt.Data(url=data_url, format=alt.DataFormat(type="json", property="rows"))
+    order = [_label(s) for s in systems()]
+    base = alt.Chart(data).transform_filter(
+        "datum.r == rate && datum.P == prompt && datum.O == output && abs(datum.H - hit) < 1e-9"
+    )
+    x = alt.X("sys:N", sort=order, title="system (colocated, then prefill : decode)")
+    bars = base.mark_bar().encode(
+        x=x,
+        y=alt.Y(
+            "a:Q",
+            title="share of requests meeting TTFT and TPOT",
+            scale=alt.Scale(domain=[0, 1.1]),
+            axis=alt.Axis(format="%", values=[0, 0.2, 0.4, 0.6, 0.8, 1.0]),
+        ),
+        color=alt.condition(
+            "datum.pf == 0",
+            alt.value(COLORS["colocated"]),
+            alt.condition("datum.best == 1", alt.value("#e67e22"), alt.value(COLORS["prefill"])),
+        ),
+        tooltip=[
+            alt.Tooltip("sys:N", title="system"),
+            alt.Tooltip("a:Q", title="attainment", format=".0%"),
+            alt.Tooltip("g:Q", title="goodput in this trial (requests/s)", format=".1f"),
+        ],
+    )
+    labels = base.mark_text(dy=-7, fontSize=10, color="#222222").encode(
+        x=x, y="a:Q", text=alt.Text("a:Q", format=".0%")
+    )
+    best = (
+        base.transform_filter("datum.best == 1")
+        .transform_calculate(msg="'best split ' + datum.sys")
+        .mark_text(align="right", baseline="top", fontSize=12, fontWeight="bold", color="#111111")
+        .encode(text="msg:N", x=alt.value(560), y=alt.value(2))
+    )
+    target = (
+        alt.Chart(alt.Data(values=[{"t": 0.9}]))
+        .mark_rule(strokeDash=[6, 4], color="#111111")
+        .encode(y="t:Q")
+    )
+    chart = (
+        (bars + labels + best + target)
+        .properties(
+            width=560,
+            height=260,
+            title=f"SLO attainment at the chosen rate, {BUDGET} replicas (dashed: 90 % target)",
+        )
+        .add_params(*params)
+        .configure(background="white", font="sans-serif")
+        .configure_view(stroke=None)
+        .configure_axis(labelColor="#222222", titleColor="#222222", gridColor="#e5e5e5")
+        .configure_title(color="#222222", fontSize=13)
+    )
+    return chart.to_dict()
+
+
+def p22_explorer_html(
+    data_url: str = "../_static/explorer/p22-grid.json",
+    bundle_url: str = "../_static/kvlab-vega.js",
+    element_id: str = "kvlab-p22-explorer",
+) -> str:
+    """The Problem 22 explorer as an HTML fragment (see :func:`kvlab.explorer.embed_html`)."""
+    return embed_html(
+        p22_explorer_spec(data_url),
+        element_id,
+        "Problem 22 explorer: choose a workload; the chart shows precomputed attainment",
+        "The explorer draws here on the book's website (it needs the site's bundled Vega).",
+        bundle_url,
+    )

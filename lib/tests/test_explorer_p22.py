@@ -1,0 +1,47 @@
+"""The Problem 22 explorer's table: kvlab.pdsim's own trials, cached under a key of its source."""
+
+import pytest
+
+from kvlab import pdsim
+
+if not hasattr(pdsim, "point"):  # pragma: no cover - until pdsim.point lands
+    pytest.skip("kvlab.pdsim.point is not available", allow_module_level=True)
+
+from kvlab import explorer_p22 as ex  # noqa: E402
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    monkeypatch.setattr(ex, "BUDGET", 3)
+    monkeypatch.setattr(
+        ex,
+        "GRID",
+        {"rate_rps": (2.0,), "prompt_tokens": (1_000,), "output_tokens": (20,), "hit_rate": (0.0,)},
+    )
+
+
+def test_table_is_pdsim_and_cached(tiny, tmp_path):
+    path = tmp_path / "p22.json"
+    data = ex.p22_grid(path, processes=1)
+    assert data["rebuilt"]
+    rows = data["rows"]
+    assert [r["sys"] for r in rows] == ["colocated x3", "1 : 2", "2 : 1"]
+    assert sum(r["best"] for r in rows) == 1 and all(r["pf"] or not r["best"] for r in rows)
+    want = pdsim.point(2.0, 1_000, 20, 0.0, (1, 2), seed=0)
+    assert rows[1]["a"] == pytest.approx(want.attainment, abs=1e-4)
+    assert not ex.p22_grid(path)["rebuilt"]
+
+
+def test_key_changes_with_the_grid(tiny, monkeypatch):
+    k = ex.cache_key()
+    monkeypatch.setitem(ex.GRID, "hit_rate", (0.0, 0.5))
+    assert ex.cache_key() != k
+
+
+def test_spec_has_labelled_controls():
+    pytest.importorskip("altair")
+    spec = ex.p22_explorer_spec("x.json")
+    names = {p["name"] for p in spec["params"]}
+    assert names == {"rate", "prompt", "output", "hit"}
+    assert all(p["bind"]["name"].strip() for p in spec["params"])
+    assert "https://" not in ex.p22_explorer_html().replace("https://vega.github.io/schema", "")
