@@ -104,10 +104,45 @@ def _job(setting) -> list[dict]:
                 "g": round(float(pt.goodput_rps), 3),
             }
         )
-    best = max((row for row in out if row["pf"]), key=lambda row: (row["a"], row["g"]))
-    for row in out:
-        row["best"] = int(row is best)
-    return out
+    return mark_best(out)
+
+
+def mark_best(rows: list[dict], tie: float = 0.005) -> list[dict]:
+    """Mark the best split(s) of one setting: ``best`` = 1 for every split whose attainment is
+    within ``tie`` of the highest; ``mid`` = 1 for the middle one of those (the split with the
+    most room either way), whose ``bl`` is the label the chart writes."""
+    splits = [r for r in rows if r["pf"]]
+    top = max(r["a"] for r in splits)
+    if top < tie:  # nothing meets the targets: no best split to name
+        for r in rows:
+            r["best"] = r["mid"] = 0
+            r.pop("bl", None)
+        splits[0]["mid"], splits[0]["bl"] = 1, "no split meets the targets at this rate"
+        return rows
+    tied = [r for r in splits if r["a"] >= top - tie]
+    mid = tied[(len(tied) - 1) // 2]
+    for r in rows:
+        r["best"] = int(r in tied)
+        r["mid"] = int(r is mid)
+        r.pop("bl", None)
+    mid["bl"] = (
+        f"best split {mid['sys']}"
+        if len(tied) == 1
+        else f"best split {mid['sys']} (tied: {tied[0]['sys']} to {tied[-1]['sys']})"
+    )
+    return rows
+
+
+def _setting(row) -> tuple:
+    return (row["r"], row["P"], row["O"], row["H"])
+
+
+def page_rows(data: dict) -> list[dict]:
+    """The cached rows with the best split(s) of every setting marked (:func:`mark_best`)."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in data["rows"]:
+        groups.setdefault(_setting(row), []).append(dict(row))
+    return [row for rows in groups.values() for row in mark_best(rows)]
 
 
 def settings() -> list[tuple]:
@@ -167,7 +202,7 @@ def write_page_data(static: Path | str) -> Path | None:
     folder; None when there is no cache yet (called by ``_ext/kvlab_vega.py``)."""
     if not CACHE.is_file():
         return None
-    rows = json.loads(CACHE.read_text(encoding="utf-8"))["rows"]
+    rows = page_rows(json.loads(CACHE.read_text(encoding="utf-8")))
     out = Path(static) / "explorer" / "p22-grid.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows}, separators=(",", ":")), encoding="utf-8")
@@ -199,8 +234,14 @@ def p22_explorer_spec(data_url: str) -> dict:
     ]
     data = alt.Data(url=data_url, format=alt.DataFormat(type="json", property="rows"))
     order = [_label(s) for s in systems()]
-    base = alt.Chart(data).transform_filter(
-        "datum.r == rate && datum.P == prompt && datum.O == output && abs(datum.H - hit) < 1e-9"
+    base = (
+        alt.Chart(data)
+        .transform_filter(
+            "datum.r == rate && datum.P == prompt && datum.O == output && abs(datum.H - hit) < 1e-9"
+        )
+        .transform_calculate(
+            kind="datum.pf == 0 ? 'colocated' : (datum.best == 1 ? 'best split' : 'split')"
+        )
     )
     x = alt.X("sys:N", sort=order, title="system (colocated, then prefill : decode)")
     bars = base.mark_bar().encode(
@@ -211,10 +252,13 @@ def p22_explorer_spec(data_url: str) -> dict:
             scale=alt.Scale(domain=[0, 1.1]),
             axis=alt.Axis(format="%", values=[0, 0.2, 0.4, 0.6, 0.8, 1.0]),
         ),
-        color=alt.condition(
-            "datum.pf == 0",
-            alt.value(COLORS["colocated"]),
-            alt.condition("datum.best == 1", alt.value("#e67e22"), alt.value(COLORS["prefill"])),
+        color=alt.Color(
+            "kind:N",
+            scale=alt.Scale(
+                domain=["colocated", "split", "best split"],
+                range=[COLORS["colocated"], COLORS["prefill"], "#e67e22"],
+            ),
+            legend=alt.Legend(title=None, orient="bottom"),
         ),
         tooltip=[
             alt.Tooltip("sys:N", title="system"),
@@ -226,8 +270,8 @@ def p22_explorer_spec(data_url: str) -> dict:
         x=x, y="a:Q", text=alt.Text("a:Q", format=".0%")
     )
     best = (
-        base.transform_filter("datum.best == 1")
-        .transform_calculate(msg="'best split ' + datum.sys")
+        base.transform_filter("datum.mid == 1")
+        .transform_calculate(msg="datum.bl")
         .mark_text(align="right", baseline="top", fontSize=12, fontWeight="bold", color="#111111")
         .encode(text="msg:N", x=alt.value(560), y=alt.value(2))
     )

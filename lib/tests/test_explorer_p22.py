@@ -26,10 +26,25 @@ def test_table_is_pdsim_and_cached(tiny, tmp_path):
     assert data["rebuilt"]
     rows = data["rows"]
     assert [r["sys"] for r in rows] == ["colocated x3", "1 : 2", "2 : 1"]
-    assert sum(r["best"] for r in rows) == 1 and all(r["pf"] or not r["best"] for r in rows)
+    assert all(r["pf"] or not r["best"] for r in rows)
+    assert sum(r["mid"] for r in rows) == 1
     want = pdsim.point(2.0, 1_000, 20, 0.0, (1, 2), seed=0)
     assert rows[1]["a"] == pytest.approx(want.attainment, abs=1e-4)
     assert not ex.p22_grid(path)["rebuilt"]
+
+
+def test_best_split_marking():
+    def rows(*a):
+        out = [{"sys": "colocated x4", "pf": 0, "a": 1.0}]
+        return out + [{"sys": f"{i} : {4 - i}", "pf": i, "a": x} for i, x in enumerate(a, 1)]
+
+    one = ex.mark_best(rows(0.2, 0.95, 0.5))
+    assert [r["best"] for r in one] == [0, 0, 1, 0] and one[2]["bl"] == "best split 2 : 2"
+    tie = ex.mark_best(rows(1.0, 1.0, 1.0))
+    assert [r["mid"] for r in tie] == [0, 0, 1, 0]
+    assert tie[2]["bl"] == "best split 2 : 2 (tied: 1 : 3 to 3 : 1)"
+    none = ex.mark_best(rows(0.0, 0.0, 0.0))
+    assert sum(r["best"] for r in none) == 0 and none[1]["bl"].startswith("no split")
 
 
 def test_key_changes_with_the_grid(tiny, monkeypatch):

@@ -273,3 +273,81 @@ def test_explorer_screenshots(explorer_page, site, theme):
         "(id) => getComputedStyle(document.querySelector(`#${id} svg`)).backgroundColor", ROOT_ID
     )
     assert bg == "rgb(255, 255, 255)", bg
+
+
+# --- the Problem 22 explorer ---------------------------------------------------------------------
+
+P22_PAGE = "notebooks/p22-05-explorer.html"
+P22_ID = "kvlab-p22-explorer"
+
+
+def _p22_shown(page) -> dict:
+    return page.evaluate(
+        """(id) => { const t = Array.from(document.getElementById(id).querySelectorAll('svg text'))
+                       .map(e => e.textContent);
+                     return {pct: t.filter(s => /^\\d+%$/.test(s)).map(s => parseInt(s)),
+                             best: t.filter(s => /^(best split|no split)/.test(s))}; }""",
+        P22_ID,
+    )
+
+
+def test_p22_explorer(site, server, browser):
+    if not (site / P22_PAGE).is_file():
+        pytest.skip(f"{P22_PAGE} is not in the site (the page is not in _toc.yml)")
+    rows = json.loads((site / "_static/explorer/p22-grid.json").read_text())["rows"]
+    blocked: list[str] = []
+    page = browser.new_page()
+    page.route(
+        "**/*",
+        lambda r: (
+            r.continue_()
+            if r.request.url.startswith(server.base)
+            else (blocked.append(r.request.url), r.abort())
+        ),
+    )
+    try:
+        page.goto(server.base + P22_PAGE, wait_until="load", timeout=30_000)
+        page.wait_for_selector(f"#{P22_ID}[data-ready='1']", state="attached", timeout=30_000)
+        page.wait_for_timeout(300)
+        labels = page.evaluate(
+            """(id) => Array.from(document.getElementById(id).querySelectorAll('select'))
+                 .map(e => e.labels.length ? e.labels[0].textContent.trim() : '')""",
+            P22_ID,
+        )
+        assert len(labels) == 4 and all(len(t) > 6 for t in labels), labels
+        steps = [("rate", "10"), ("prompt", "8000"), ("output", "1000"), ("hit", "0.5")]
+        problems = []
+        for name, value in steps + [("rate", "20"), ("prompt", "1000"), ("output", "100")]:
+            page.select_option(f"#{P22_ID} select[name={name}]", value)
+            page.wait_for_timeout(150)
+            v = page.evaluate(
+                """(id) => Object.fromEntries(Array.from(document.getElementById(id)
+                     .querySelectorAll('select')).map(e => [e.name, Number(e.value)]))""",
+                P22_ID,
+            )
+            want = [
+                r
+                for r in rows
+                if (r["r"], r["P"], r["O"], r["H"])
+                == (v["rate"], v["prompt"], v["output"], v["hit"])
+            ]
+            shown = _p22_shown(page)
+            if sorted(shown["pct"]) != pytest.approx(sorted(r["a"] * 100 for r in want), abs=0.51):
+                problems.append(f"{v}: bars {shown['pct']} != {[r['a'] for r in want]}")
+            msg = next(r["bl"] for r in want if r["mid"])
+            if shown["best"] != [msg]:
+                problems.append(f"{v}: {shown['best']} != {msg!r}")
+        assert not problems, "\n".join(problems)
+        assert not blocked, blocked
+        out = site.parent / "screenshots"
+        out.mkdir(parents=True, exist_ok=True)
+        for theme in ("light", "dark"):
+            page.evaluate(
+                "(t) => { document.documentElement.dataset.theme = t; "
+                "document.documentElement.dataset.mode = t; }",
+                theme,
+            )
+            page.wait_for_timeout(150)
+            page.locator(f"#{P22_ID}").screenshot(path=str(out / f"p22-explorer-{theme}.png"))
+    finally:
+        page.close()
