@@ -243,13 +243,18 @@ def p22_explorer_spec(data_url: str) -> dict:
             kind="datum.pf == 0 ? 'colocated' : (datum.best == 1 ? 'best split' : 'split')"
         )
     )
-    x = alt.X("sys:N", sort=order, title="system (colocated, then prefill : decode)")
+    x = alt.X(
+        "sys:N",
+        sort=order,
+        title="system (colocated, then prefill : decode)",
+        axis=alt.Axis(labelAngle=0, labelExpr="replace(datum.label, 'colocated ', 'col. ')"),
+    )
     bars = base.mark_bar().encode(
         x=x,
         y=alt.Y(
             "a:Q",
             title="share of requests meeting TTFT and TPOT",
-            scale=alt.Scale(domain=[0, 1.1]),
+            scale=alt.Scale(domain=[0, 1.2]),
             axis=alt.Axis(format="%", values=[0, 0.2, 0.4, 0.6, 0.8, 1.0]),
         ),
         color=alt.Color(
@@ -266,8 +271,10 @@ def p22_explorer_spec(data_url: str) -> dict:
             alt.Tooltip("g:Q", title="goodput in this trial (requests/s)", format=".1f"),
         ],
     )
-    labels = base.mark_text(dy=-7, fontSize=10, color="#222222").encode(
-        x=x, y="a:Q", text=alt.Text("a:Q", format=".0%")
+    labels = (
+        base.transform_calculate(pct="format(datum.a * 100, '.0f') + ' %'")
+        .mark_text(dy=-7, fontSize=10, color="#222222")
+        .encode(x=x, y="a:Q", text="pct:N")
     )
     best = (
         base.transform_filter("datum.mid == 1")

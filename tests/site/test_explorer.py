@@ -285,8 +285,8 @@ def _p22_shown(page) -> dict:
     return page.evaluate(
         """(id) => { const t = Array.from(document.getElementById(id).querySelectorAll('svg text'))
                        .map(e => e.textContent);
-                     return {pct: t.filter(s => /^\\d+%$/.test(s)).map(s => parseInt(s)),
-                             best: t.filter(s => /^(best split|no split)/.test(s))}; }""",
+                     return {pct: t.filter(s => /^\\d+ %$/.test(s)).map(s => parseInt(s)),
+                             best: t.filter(s => /^(best split \\d|no split)/.test(s))}; }""",
         P22_ID,
     )
 
