@@ -62,6 +62,21 @@ def explorer_bench(full: bool) -> None:
         f"  one job ({len(job[3])} runs) now: {s:.1f} s, {per_run:.2f} s a run; whole grid about "
         f"{per_run * runs / cores / 60:.1f} min on {cores} cores"
     )
+    from kvlab import explorer_p22
+
+    n22 = len(explorer_p22.settings()) * len(explorer_p22.systems())
+    print(f"Problem 22 explorer grid (kvlab.explorer_p22): {n22:,} pdsim.point trials")
+    if explorer_p22.CACHE.is_file():
+        d22 = json.loads(explorer_p22.CACHE.read_text(encoding="utf-8"))
+        state = "fresh" if d22.get("key") == explorer_p22.cache_key() else "STALE"
+        print(
+            f"  stored table: computed in {d22.get('seconds')} s on {d22.get('processes')} "
+            f"processes; {state}"
+        )
+    t0 = time.perf_counter()
+    explorer_p22._job((20.0, 3_000, 300, 0.0))
+    s22 = time.perf_counter() - t0
+    print(f"  one setting ({len(explorer_p22.systems())} trials, the defaults) now: {s22:.1f} s")
     if full:
         with tempfile.TemporaryDirectory() as d:
             t0 = time.perf_counter()
