@@ -1,0 +1,583 @@
+"""Disaggregated prefill on a real vLLM engine (the CPU build), measured. The parent side.
+
+Each engine runs in its own process (:mod:`kvlab.measure.pd_worker`, the engine environment's
+Python), one core each, started and always stopped by :class:`kvlab.measure.pd_procs.Children`
+under the machine-wide engine lock.
+
+Two splits:
+
+- :func:`run_file_split`, vLLM's file-based connector (``ExampleConnector``, formerly
+  ``SharedStorageConnector``) {cite}`vllm_disagg_prefill`. A producer engine prefills each prompt
+  and its connector writes the KV of every layer to a safetensors file; a consumer engine finds the
+  files, loads them into its own paged KV cache and decodes without computing those tokens. The
+  consumer is run three times over the same prompts: with the files hidden (it computes everything
+  itself, as a colocated engine does: the reference output and the cold prefill time), with the
+  files (it injects the producer's KV), and with every stored value set to zero (the control: if
+  the output still matched, the consumer would not be using what it received).
+- :func:`run_nixl_split`, vLLM's ``NixlConnector``: a prefill engine and a decode engine running
+  at the same time; the decode engine pulls each request's KV blocks from the prefill engine's
+  memory with NIXL (UCX on the loopback device) and the engine's own metrics give the bytes and the
+  time of every transfer.
+
+Both return plain dataclasses that the lab notebook prints and checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import struct
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .._validate import check_int
+from . import pd_procs
+from .nixl_sweep import UCX_ENV, engine_python
+
+WORKER = Path(__file__).with_name("pd_worker.py")
+
+#: vLLM's CPU attention backend takes block sizes that are multiples of 32.
+BLOCK_SIZE = 32
+
+
+def stored_tokens(prompt_tokens: int, block_size: int = BLOCK_SIZE) -> int:
+    """Tokens whose KV the file connector stores for a prompt: whole blocks only, and never the
+    last prompt token (the consumer must compute it to get the first output's logits). This is
+    ``ExampleConnector``'s ``align_to_block_size(len(prompt) - 1)``: ``(n - 2) // bs * bs``."""
+    check_int("prompt_tokens", prompt_tokens, lo=2)
+    check_int("block_size", block_size, lo=1)
+    return (prompt_tokens - 2) // block_size * block_size
+
+
+def engine_env(core: int | None = None, extra: dict | None = None) -> dict:
+    """Environment for one engine process: the engine core in-process (one process per engine),
+    1 GiB of KV cache, OpenMP bound to ``core``, NIXL's side channel and UCX on loopback."""
+    env = dict(os.environ)
+    env.update(UCX_ENV)
+    env.update(
+        {
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+            "VLLM_HOST_IP": "127.0.0.1",
+            "VLLM_LOGGING_LEVEL": "INFO",
+            "VLLM_LOGGING_STREAM": "ext://sys.stderr",  # logs to the log file, not the pipe
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1",
+        }
+    )
+    if core is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+    env.update(extra or {})
+    return env
+
+
+def engine_kwargs(model: str, kv_transfer_config: dict | None = None, **over) -> dict:
+    """``vllm.LLM`` arguments shared by every engine of the lab: fp32 (so outputs can be compared
+    exactly), eager mode, 32-token blocks, no prefix caching (every request asks the connector),
+    a seed, stats on for ``get_metrics``."""
+    kw = {
+        "model": model,
+        "dtype": "float32",
+        "enforce_eager": True,
+        "block_size": BLOCK_SIZE,
+        "max_model_len": 4096,
+        "enable_prefix_caching": False,
+        "seed": 0,
+        "disable_log_stats": False,
+    }
+    if kv_transfer_config:
+        kw["kv_transfer_config"] = kv_transfer_config
+    kw.update(over)
+    return kw
+
+
+class Engine:
+    """A running engine process: send a request, wait for its answer."""
+
+    def __init__(
+        self,
+        kids: pd_procs.Children,
+        name: str,
+        kwargs: dict,
+        env: dict,
+        log: Path,
+        python: str,
+        deadline: float,
+    ):
+        self.name, self.log, self.deadline = name, log, deadline
+        with open(log, "w") as err:
+            self.proc = kids.start([python, str(WORKER)], env=env, stderr=err)
+        self.lines = pd_procs.JsonLines(self.proc, f"{name} engine", log)
+        pd_procs.send_json(self.proc, {"engine": kwargs})
+        self.ready = self.lines.get(deadline)
+        self.pid = self.ready["pid"]
+
+    def call(self, **req) -> dict:
+        pd_procs.send_json(self.proc, req)
+        return self.lines.get(self.deadline)
+
+    def generate(self, prompts, max_tokens: int = 16, kv_transfer_params=None) -> list[dict]:
+        return self.call(
+            cmd="generate",
+            prompts=prompts,
+            max_tokens=max_tokens,
+            kv_transfer_params=kv_transfer_params,
+        )["outputs"]
+
+    def metrics(self) -> list[dict]:
+        return self.call(cmd="metrics")["metrics"]
+
+    def quit(self) -> int:
+        """Stop the engine; return its peak resident memory in bytes."""
+        done = self.call(cmd="quit")
+        self.proc.wait(timeout=max(1.0, self.deadline - time.monotonic()))
+        return int(done["peak_rss_bytes"])
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+# --- the files the file connector writes ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    """One safetensors file of the file connector: one layer's KV for one request."""
+
+    path: str
+    layer: str  # vLLM's layer name, e.g. 'model.layers.0.self_attn.attn'
+    shape: tuple[int, ...]  # [stored tokens, KV heads, 2 x head_dim] on the CPU backend
+    dtype: str  # safetensors dtype code, e.g. 'F32'
+    data_bytes: int  # the tensor's bytes (what the formula counts)
+    file_bytes: int  # the file's size: data plus a small JSON header
+
+
+def _header(path: Path) -> tuple[int, dict]:
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return n, json.loads(f.read(n))
+
+
+def read_stored(folder: str | os.PathLike) -> list[StoredTensor]:
+    """Every tensor file under ``folder`` (one sub-folder per request), read from the safetensors
+    headers alone: no torch needed."""
+    out = []
+    for path in sorted(Path(folder).glob("*/*.safetensors")):
+        _, header = _header(path)
+        for name, meta in header.items():
+            if name == "__metadata__":
+                continue
+            lo, hi = meta["data_offsets"]
+            out.append(
+                StoredTensor(
+                    str(path),
+                    path.name.removesuffix(".safetensors"),
+                    tuple(meta["shape"]),
+                    meta["dtype"],
+                    hi - lo,
+                    path.stat().st_size,
+                )
+            )
+    return out
+
+
+def same_stored(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """True when two stores hold the same request folders and byte-identical tensor files."""
+    fa = sorted(p.relative_to(a) for p in Path(a).glob("*/*.safetensors"))
+    fb = sorted(p.relative_to(b) for p in Path(b).glob("*/*.safetensors"))
+    if not fa or fa != fb:
+        return False
+    return all((Path(a) / f).read_bytes() == (Path(b) / f).read_bytes() for f in fa)
+
+
+def zero_stored(folder: str | os.PathLike) -> int:
+    """Overwrite every stored tensor's values with zeros in place (the headers stay as they are);
+    return the number of bytes zeroed. This is the control experiment's input."""
+    zeroed = 0
+    for path in sorted(Path(folder).glob("*/*.safetensors")):
+        n, header = _header(path)
+        with open(path, "r+b") as f:
+            for name, meta in header.items():
+                if name == "__metadata__":
+                    continue
+                lo, hi = meta["data_offsets"]
+                f.seek(8 + n + lo)
+                f.write(bytes(hi - lo))
+                zeroed += hi - lo
+    return zeroed
+
+
+# --- results ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One pass of prompts through an engine: per prompt the output ids, the chosen tokens'
+    log-probabilities, the tokens the engine did not compute and the wall seconds."""
+
+    label: str
+    token_ids: list[list[int]]
+    logprobs: list[list[float]]
+    cached_tokens: list[int]
+    seconds: list[float]
+
+    @classmethod
+    def of(cls, label: str, outputs: list[dict]) -> Run:
+        return cls(
+            label,
+            [o["token_ids"] for o in outputs],
+            [o["logprobs"] for o in outputs],
+            [o["num_cached_tokens"] for o in outputs],
+            [o["seconds"] for o in outputs],
+        )
+
+    def same_tokens(self, other: Run) -> list[bool]:
+        """Per prompt: are the generated token ids identical?"""
+        return [a == b for a, b in zip(self.token_ids, other.token_ids, strict=True)]
+
+    def matching_tokens(self, other: Run) -> list[int]:
+        """Per prompt: how many output positions hold the same token id."""
+        return [
+            sum(x == y for x, y in zip(a, b, strict=False))
+            for a, b in zip(self.token_ids, other.token_ids, strict=True)
+        ]
+
+    def first_logprob_gap(self, other: Run) -> list[float]:
+        """Per prompt: |difference| of the first output token's log-probability (the step that
+        reads the prompt's KV and nothing generated since)."""
+        return [abs(a[0] - b[0]) for a, b in zip(self.logprobs, other.logprobs, strict=True)]
+
+    def max_logprob_gap(self, other: Run) -> float:
+        """Largest |difference| of chosen-token log-probabilities over prompts whose tokens match."""
+        gaps = [
+            abs(x - y)
+            for a, b, la, lb in zip(
+                self.token_ids, other.token_ids, self.logprobs, other.logprobs, strict=True
+            )
+            if a == b
+            for x, y in zip(la, lb, strict=True)
+        ]
+        return max(gaps, default=0.0)
+
+
+@dataclass
+class Checks:
+    """What the loopback and clean-up checks saw."""
+
+    sockets: list[str] = field(default_factory=list)
+    non_loopback: list[str] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+    all_gone: bool = False
+    peak_rss_bytes: dict[str, int] = field(default_factory=dict)
+    start_s: dict[str, float] = field(default_factory=dict)
+
+    def see(self, kids: pd_procs.Children) -> None:
+        socks = pd_procs.listening_sockets(kids.snapshot())
+        self.sockets = sorted(set(self.sockets) | {str(s) for s in socks})
+        bad = {str(s) for s in pd_procs.non_loopback(socks)}
+        self.non_loopback = sorted(set(self.non_loopback) | bad)
+
+
+@dataclass
+class FileSplit:
+    """The file-connector split (see :func:`run_file_split`)."""
+
+    connector: str
+    prompt_tokens: list[int]
+    block_size: int
+    stored: list[StoredTensor]
+    producer: Run
+    cold: Run  # the consumer with the files hidden: computes everything (colocated reference)
+    injected: Run  # the consumer loading the producer's KV
+    zeroed: Run  # the consumer loading KV whose values were set to zero (control)
+    prefill_cold_s: list[float]  # max_tokens=1 timings with the files hidden
+    prefill_injected_s: list[float]  # ... and with the files there
+    same_bytes_as_consumer: bool  # the producer's files equal those the consumer wrote itself
+    checks: Checks
+    wall_s: float = 0.0
+
+    def bytes_per_request(self) -> list[int]:
+        """Stored tensor bytes per request (summed over the layer files of its folder)."""
+        per: dict[str, int] = {}
+        for t in self.stored:
+            key = str(Path(t.path).parent)
+            per[key] = per.get(key, 0) + t.data_bytes
+        return list(per.values())
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _prompts_ok(prompts) -> list[list[int]]:
+    if not prompts:
+        raise ValueError("prompts must hold at least one list of token ids, got none")
+    return [[int(t) for t in p] for p in prompts]
+
+
+def run_file_split(
+    model: str,
+    prompts: list[list[int]],
+    max_tokens: int = 16,
+    python: str | None = None,
+    workdir: str | os.PathLike | None = None,
+    timeout_s: float = 400.0,
+    core: int = 0,
+    lock: bool = True,
+) -> FileSplit:
+    """Producer then consumer with ``ExampleConnector``; see the module docstring. Engines run
+    one after the other (one core each is enough). ``workdir`` keeps the stored files (a temporary
+    folder, removed afterwards, when None)."""
+    prompts = _prompts_ok(prompts)
+    check_int("max_tokens", max_tokens, lo=1)
+    python = python or engine_python()
+    deadline = time.monotonic() + timeout_s
+    t0 = time.perf_counter()
+    checks = Checks()
+    with _WorkDir(workdir) as tmp:
+        store, hidden, own = tmp / "store", tmp / "store-hidden", tmp / "store-consumer"
+        for old in (store, hidden, own):  # a kept workdir from an earlier run
+            shutil.rmtree(old, ignore_errors=True)
+        store.mkdir()
+
+        def kvc(role):
+            return {
+                "kv_connector": "ExampleConnector",
+                "kv_role": role,
+                "kv_connector_extra_config": {"shared_storage_path": str(store)},
+            }
+
+        with pd_procs.maybe_lock(lock), pd_procs.Children() as kids:
+            try:
+                prod = Engine(
+                    kids,
+                    "producer",
+                    engine_kwargs(model, kvc("kv_producer")),
+                    engine_env(core),
+                    tmp / "producer.log",
+                    python,
+                    deadline,
+                )
+                checks.start_s["producer"] = prod.ready["start_s"]
+                producer = Run.of("producer", prod.generate(prompts, max_tokens))
+                checks.see(kids)
+                checks.peak_rss_bytes["producer"] = prod.quit()
+                stored = read_stored(store)
+
+                cons = Engine(
+                    kids,
+                    "consumer",
+                    engine_kwargs(model, kvc("kv_consumer")),
+                    engine_env(core),
+                    tmp / "consumer.log",
+                    python,
+                    deadline,
+                )
+                checks.start_s["consumer"] = cons.ready["start_s"]
+                # Hide the producer's files: the consumer then computes every prompt itself, as a
+                # colocated engine does. ExampleConnector saves whatever it did not load, so each
+                # cold pass leaves the consumer's own copy of the KV, set aside before the next.
+                store.rename(hidden)
+                store.mkdir()
+                cons.generate([prompts[0][: len(prompts[0]) // 2]], 2)  # warm-up
+                shutil.rmtree(store)
+                store.mkdir()
+                cold = Run.of("cold", cons.generate(prompts, max_tokens))
+                store.rename(own)
+                store.mkdir()
+                prefill_cold = [o["seconds"] for o in cons.generate(prompts, 1)]
+                shutil.rmtree(store)
+                hidden.rename(store)
+                same_bytes = same_stored(store, own)
+                prefill_inj = [o["seconds"] for o in cons.generate(prompts, 1)]
+                injected = Run.of("injected", cons.generate(prompts, max_tokens))
+                zero_stored(store)
+                zeroed = Run.of("zeroed", cons.generate(prompts, max_tokens))
+                checks.see(kids)
+                checks.peak_rss_bytes["consumer"] = cons.quit()
+            finally:
+                kids.stop_all()
+                checks.pids = sorted(kids.seen)
+                checks.all_gone = pd_procs.gone(kids.seen)
+    return FileSplit(
+        "ExampleConnector",
+        [len(p) for p in prompts],
+        BLOCK_SIZE,
+        stored,
+        producer,
+        cold,
+        injected,
+        zeroed,
+        prefill_cold,
+        prefill_inj,
+        same_bytes,
+        checks,
+        time.perf_counter() - t0,
+    )
+
+
+class _WorkDir:
+    """``workdir`` as a Path, or a temporary folder that is removed on exit."""
+
+    def __init__(self, workdir):
+        self.workdir, self._tmp = workdir, None
+
+    def __enter__(self) -> Path:
+        if self.workdir is not None:
+            p = Path(self.workdir)
+            p.mkdir(parents=True, exist_ok=True)
+            return p
+        self._tmp = tempfile.mkdtemp(prefix="kvlab-pd-")
+        return Path(self._tmp)
+
+    def __exit__(self, *exc):
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+        return False
+
+
+# --- the live split with NIXL ----------------------------------------------------------------------
+
+_NIXL_METRICS = {
+    "vllm:nixl_xfer_time_seconds": "xfer_s",
+    "vllm:nixl_post_time_seconds": "post_s",
+    "vllm:nixl_bytes_transferred": "bytes",
+    "vllm:nixl_num_descriptors": "descriptors",
+}
+
+
+def nixl_totals(metrics: list[dict]) -> dict[str, float]:
+    """Running totals (sums) and the transfer count from the engine's NIXL histograms."""
+    out = {"transfers": 0.0}
+    for m in metrics:
+        key = _NIXL_METRICS.get(m["name"])
+        if key:
+            out[key] = out.get(key, 0.0) + float(m.get("sum") or 0.0)
+            if key == "xfer_s":
+                out["transfers"] += float(m.get("count") or 0)
+    return out
+
+
+@dataclass
+class NixlRequest:
+    """One request's KV pull, from the decode engine's NIXL metrics (deltas around it)."""
+
+    prompt_tokens: int
+    blocks: int  # KV blocks the prefill engine offered
+    transfers: int
+    bytes: int
+    descriptors: int
+    xfer_s: float  # NIXL telemetry: post to completion seen by vLLM's poll
+    post_s: float  # NIXL telemetry: time to post the transfer
+    decode_wall_s: float  # the decode engine's generate() call, handshake included on the first
+
+
+@dataclass
+class NixlSplit:
+    """The live prefill/decode split with ``NixlConnector`` (see :func:`run_nixl_split`)."""
+
+    connector: str
+    block_size: int
+    reference: Run  # the prefill engine decoding by itself (colocated)
+    prefill: Run  # max_tokens=1 on the prefill engine, KV kept for the decode engine
+    decode: Run  # the decode engine, KV pulled over NIXL
+    requests: list[NixlRequest]
+    checks: Checks
+    cores: dict[str, int]
+    wall_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_nixl_split(
+    model: str,
+    prompts: list[list[int]],
+    max_tokens: int = 16,
+    python: str | None = None,
+    timeout_s: float = 400.0,
+    cores: tuple[int, int] = (0, 1),
+    ports: tuple[int, int] | None = None,
+    lock: bool = True,
+) -> NixlSplit:
+    """A prefill and a decode engine at once, each pinned to its own core, ``NixlConnector`` with
+    host (``cpu``) KV buffers. For each prompt: the prefill engine runs it with ``max_tokens=1``
+    and ``do_remote_decode``; the decode engine receives the returned ``kv_transfer_params`` and
+    pulls the blocks over NIXL, then decodes ``max_tokens`` tokens. The prefill engine also decodes
+    every prompt by itself first: the colocated reference."""
+    prompts = _prompts_ok(prompts)
+    check_int("max_tokens", max_tokens, lo=1)
+    python = python or engine_python()
+    if ports is None:
+        ports = (pd_procs.free_port(), pd_procs.free_port())
+    deadline = time.monotonic() + timeout_s
+    t0 = time.perf_counter()
+    checks = Checks()
+    kvc = {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
+    with _WorkDir(None) as tmp, pd_procs.maybe_lock(lock), pd_procs.Children() as kids:
+        try:
+            engines = {}
+            for name, core, port in zip(("prefill", "decode"), cores, ports, strict=True):
+                env = engine_env(core, {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(port)})
+                engines[name] = Engine(
+                    kids,
+                    name,
+                    engine_kwargs(model, kvc),
+                    env,
+                    tmp / f"{name}.log",
+                    python,
+                    deadline,
+                )
+                checks.start_s[name] = engines[name].ready["start_s"]
+            pre, dec = engines["prefill"], engines["decode"]
+            reference = Run.of("reference", pre.generate(prompts, max_tokens))
+            p_out, d_out, reqs = [], [], []
+            before = nixl_totals(dec.metrics())
+            for ids in prompts:
+                p = pre.generate([ids], 1, [{"do_remote_decode": True}])[0]
+                d = dec.generate([ids], max_tokens, [p["kv_transfer_params"]])[0]
+                after = nixl_totals(dec.metrics())
+                delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+                before = after
+                blocks = sum(len(g) for g in p["kv_transfer_params"]["remote_block_ids"])
+                reqs.append(
+                    NixlRequest(
+                        len(ids),
+                        blocks,
+                        int(delta.get("transfers", 0)),
+                        int(delta.get("bytes", 0)),
+                        int(delta.get("descriptors", 0)),
+                        delta.get("xfer_s", 0.0),
+                        delta.get("post_s", 0.0),
+                        d["seconds"],
+                    )
+                )
+                p_out.append(p)
+                d_out.append(d)
+            checks.see(kids)
+            for name, eng in engines.items():
+                checks.peak_rss_bytes[name] = eng.quit()
+        finally:
+            kids.stop_all()
+            checks.pids = sorted(kids.seen)
+            checks.all_gone = pd_procs.gone(kids.seen)
+    return NixlSplit(
+        "NixlConnector",
+        BLOCK_SIZE,
+        reference,
+        Run.of("prefill", p_out),
+        Run.of("decode", d_out),
+        reqs,
+        checks,
+        dict(zip(("prefill", "decode"), cores, strict=True)),
+        time.perf_counter() - t0,
+    )
+
+
+def summary_ms(values: list[float]) -> float:
+    """Median in milliseconds."""
+    return statistics.median(values) * 1e3
