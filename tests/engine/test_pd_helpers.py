@@ -33,7 +33,11 @@ def _write_safetensors(path, arrays: dict[str, np.ndarray]) -> None:
     header, blobs, off = {}, [], 0
     for name, a in arrays.items():
         raw = np.ascontiguousarray(a, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        header[name] = {
+            "dtype": "F32",
+            "shape": list(a.shape),
+            "data_offsets": [off, off + len(raw)],
+        }
         blobs.append(raw)
         off += len(raw)
     h = json.dumps(header).encode()
@@ -72,7 +76,9 @@ def test_split_kv_inverts_the_cpu_block_layout():
         for h in range(heads):
             kt = k[b * bs : (b + 1) * bs, h].T.reshape(-1)
             tiles[b, h] = np.concatenate([kt, v[b * bs : (b + 1) * bs, h].reshape(-1)])
-    stored = tiles.reshape(blocks, heads, bs, 2 * hd).transpose(0, 2, 1, 3).reshape(-1, heads, 2 * hd)
+    stored = (
+        tiles.reshape(blocks, heads, bs, 2 * hd).transpose(0, 2, 1, 3).reshape(-1, heads, 2 * hd)
+    )
     k2, v2 = pd_split.split_kv(stored, bs)
     assert np.array_equal(k2, k) and np.array_equal(v2, v)
     k3, _ = pd_split.split_kv(stored[::-1].copy(), bs)  # the check can fail
@@ -112,8 +118,16 @@ def test_kv_jobs_use_the_formula_and_cap():
 
 @pytest.mark.parametrize(
     "address, loopback",
-    [("127.0.0.1", True), ("127.5.0.1", True), ("::1", True), ("::ffff:127.0.0.1", True),
-     ("0.0.0.0", False), ("::", False), ("10.0.0.1", False), ("::ffff:192.168.1.2", False)],
+    [
+        ("127.0.0.1", True),
+        ("127.5.0.1", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.1", False),
+        ("::ffff:192.168.1.2", False),
+    ],
 )
 def test_socket_loopback_rule(address, loopback):
     s = pd_procs.Socket(1, "tcp", address, 80)
@@ -142,7 +156,9 @@ def test_listening_sockets_sees_a_real_listener():
 def test_children_are_stopped_on_failure_grandchildren_included():
     code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
     with pytest.raises(RuntimeError) as info, pd_procs.Children(grace_s=2) as kids:
-        kids.start([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        kids.start(
+            [sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 10
         while len(kids.snapshot()) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)

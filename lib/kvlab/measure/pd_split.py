@@ -53,6 +53,36 @@ def stored_tokens(prompt_tokens: int, block_size: int = BLOCK_SIZE) -> int:
     return (prompt_tokens - 1) // block_size * block_size
 
 
+def folder_name(prompt_ids: list[int], block_size: int = BLOCK_SIZE) -> str:
+    """The folder ``ExampleConnector`` stores a prompt's KV in: the md5 of its stored token ids
+    as 64-bit integers (no multimodal inputs here)."""
+    import hashlib
+
+    import numpy as np
+
+    ids = np.asarray(prompt_ids[: stored_tokens(len(prompt_ids), block_size)], dtype=np.int64)
+    return hashlib.md5(ids.tobytes(), usedforsecurity=False).hexdigest()
+
+
+def layout_errors(folder: str | os.PathLike, model_dir: str | os.PathLike, prompts):
+    """For each prompt: the largest |difference| between layer 0's V and K as stored in its
+    folder (decoded by :func:`split_kv`) and as computed from the checkpoint
+    (:func:`first_layer_kv`); then the same for the first prompt's file against the second
+    prompt's values, which must be large (the comparison can fail)."""
+    import numpy as np
+
+    def errs(file_ids, value_ids):
+        path = next((Path(folder) / folder_name(file_ids)).glob("*.layers.0.*.safetensors"))
+        k_file, v_file = split_kv(read_tensor(path))
+        k, v = first_layer_kv(model_dir, value_ids[: k_file.shape[0]])
+        return float(np.abs(v - v_file).max()), float(np.abs(k - k_file).max())
+
+    out = [errs(p, p) for p in prompts]
+    if len(prompts) > 1:
+        out.append(errs(prompts[0], prompts[1]))
+    return out
+
+
 def pulled_tokens(prompt_tokens: int, block_size: int = BLOCK_SIZE) -> int:
     """Token slots whose KV ``NixlConnector`` pulls for a prompt: every block the prompt touches,
     the partly filled last one included, so ``ceil(n / block_size) * block_size``."""
@@ -402,6 +432,7 @@ class FileSplit:
     prefill_cold_s: list[float]  # max_tokens=1 timings with the files hidden
     prefill_injected_s: list[float]  # ... and with the files there
     same_bytes_as_consumer: bool  # the producer's files equal those the consumer wrote itself
+    layout_errors: list[tuple[float, float]]  # per prompt (V, K); last: a wrong prompt's values
     checks: Checks
     wall_s: float = 0.0
 
@@ -470,6 +501,7 @@ def run_file_split(
                 checks.see(kids)
                 checks.peak_rss_bytes["producer"] = prod.quit()
                 stored = read_stored(store)
+                layout = layout_errors(store, model, prompts)
 
                 cons = Engine(
                     kids,
@@ -518,6 +550,7 @@ def run_file_split(
         prefill_cold,
         prefill_inj,
         same_bytes,
+        layout,
         checks,
         time.perf_counter() - t0,
     )
