@@ -179,8 +179,186 @@ def lab1(
     return out
 
 
+def _counter_dict(c) -> dict:
+    return {"queries": c.queries, "hits": c.hits, "name": c.source}
+
+
+def _sum_counters(servers) -> dict:
+    cs = [s.counters() for s in servers]
+    return {
+        "queries": sum(c.queries for c in cs),
+        "hits": sum(c.hits for c in cs),
+        "name": cs[0].source,
+        "per_server": [_counter_dict(c) for c in cs],
+    }
+
+
+class ChatRouting:
+    """kvlab's router objects driving a live fleet over a :class:`kvlab.workload.ChatWorkload`,
+    with the fleet simulator's inputs: for "random", "round_robin" and "sticky" the same choices
+    (``router.choose_many`` over the conversation ids); for "cache_aware" the simulator's stale
+    view (what the router itself sent where, in blocks of the system prompt and of each chat) and,
+    as load, the prefill tokens each replica computed so far (here measured: prompt minus cached
+    tokens, as the engine reported them)."""
+
+    def __init__(self, w, policy: str, replicas: int, block_size: int, seed: int = 0):
+        from .. import routing
+
+        self.w, self.policy, self.R = w, policy, int(replicas)
+        self.paths = w.paths(block_size)
+        self.bs = block_size
+        self.router = routing.make_router(policy, self.R, seed=seed)
+        self.choices = None if policy == "cache_aware" else self.router.choose_many(w.key)
+        self.loads = [0] * self.R
+        self._sys: dict[int, list[bool]] = {}
+        self._chat: dict[int, list[int]] = {}
+
+    def choose(self, i: int) -> int:
+        import numpy as np
+
+        if self.choices is not None:
+            return int(self.choices[i])
+        p = self.paths
+        s, c = int(p.keys[2 * i]), int(p.keys[2 * i + 1])
+        ns, nc, mh = int(p.blocks[2 * i]), int(p.blocks[2 * i + 1]), int(p.max_hit_blocks[i])
+        ks = self._sys.setdefault(s, [False] * self.R)
+        kc = self._chat.setdefault(c, [0] * self.R)
+        m = [min(ns + kc[r], mh) * self.bs if ks[r] else 0 for r in range(self.R)]
+        r = int(self.router.choose(int(self.w.key[i]), np.array(m), np.array(self.loads)))
+        ks[r] = True
+        kc[r] = nc
+        return r
+
+    def served(self, r: int, prompt_tokens: int, cached_tokens: int) -> None:
+        self.loads[r] += int(prompt_tokens) - int(cached_tokens)
+
+
+def serving(
+    model: str | None = None,
+    block_size: int | None = None,
+    num_blocks: int | None = 96,
+    max_model_len: int = 2560,
+    replicas: int = 2,
+    base_port: int = 8310,
+    system_tokens: int = 1000,
+    demo_requests: int = 8,
+    fleet_workload: dict | None = None,
+    policies: tuple = ("random", "round_robin", "sticky", "cache_aware"),
+    warmup: int = 20,
+    gpu_memory_utilization: float = 0.3,
+    seed: int = 0,
+) -> dict:
+    """Serving mode and a real fleet, with ``replicas`` ``vllm serve`` processes on loopback:
+
+    1. the first server alone, through the ``openai`` client's chat API: a shared system prompt
+       and different questions, counters scraped from ``/metrics`` before and after;
+    2. every routing policy in turn: both caches emptied, the chat stream ``fleet_workload``
+       routed by kvlab's router over the servers one request at a time (prompts as token ids),
+       each server's counters scraped after the warm-up requests and at the end.
+
+    Every server is stopped by its own pid when the job ends, also on failure."""
+    from transformers import AutoTokenizer
+
+    from ..workload import ChatWorkload
+    from . import prompts, vllm_lab
+    from . import server as srv
+    from .engine import TINY_MODEL_DIR, check_model_dir
+
+    if model is None:
+        model = str(check_model_dir(TINY_MODEL_DIR))
+    kw = vllm_lab.engine_kwargs(
+        model,
+        block_size=block_size,
+        num_blocks=num_blocks,
+        max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization,
+        seed=seed,
+    )
+    ncpu = os.cpu_count() or 1
+    servers = [
+        srv.VllmServer(
+            kw,
+            port=base_port + r,
+            cpu_cores=str(r % ncpu) if (not vllm_lab.on_gpu() and ncpu >= replicas) else None,
+        )
+        for r in range(replicas)
+    ]
+    out: dict = {"engine_kwargs": kw, "replicas": replicas, "commands": []}
+    tok = AutoTokenizer.from_pretrained(model)
+    with MemoryPeak() as mem:
+        try:
+            t0 = time.perf_counter()
+            for s in servers:
+                s.launch()
+                out["commands"].append(s.command())
+            for s in servers:
+                s.wait_ready()
+            out["start_s"] = time.perf_counter() - t0
+            out["pids"] = [s.pid for s in servers]
+            clients = [srv.openai_client(s) for s in servers]
+            served = clients[0].models.list().data[0].id
+            out["served_model"] = served
+            # 1. serving mode: the chat API, /metrics before and after
+            system = vllm_lab.trimmed_system_prompt(tok, system_tokens)
+            qs = prompts.questions(demo_requests)
+            before = servers[0].counters()
+            rows = [srv.chat(clients[0], served, system, q) for q in qs]
+            after = servers[0].counters()
+            out["demo"] = {
+                "ttft_s": [r["ttft_s"] for r in rows],
+                "cached_tokens": [r["cached_tokens"] for r in rows],
+                "prompt_tokens": [r["prompt_tokens"] for r in rows],
+                "prompt_ids": [vllm_lab.chat_ids(tok, system, q) for q in qs],
+                "counters_before": _counter_dict(before),
+                "counters_after": _counter_dict(after),
+            }
+            # 2. the fleet, one policy at a time
+            if fleet_workload:
+                w = ChatWorkload(**fleet_workload)
+                vocab = len(tok)
+                ids = [vllm_lab.to_vocab(w.tokens(i)[0], vocab) for i in range(len(w))]
+                bs = int(kw["block_size"])
+                fleet_out = {}
+                for policy in policies:
+                    for s in servers:
+                        s.reset_prefix_cache()
+                    routing = ChatRouting(w, policy, replicas, bs, seed=seed)
+                    reps, cached, ttft = [], [], []
+                    t1 = time.perf_counter()
+                    c_warm = None
+                    for i in range(len(w)):
+                        if i == warmup:
+                            c_warm = _sum_counters(servers)
+                        r = routing.choose(i)
+                        res = srv.complete(clients[r], served, ids[i])
+                        routing.served(r, res["prompt_tokens"], res["cached_tokens"])
+                        reps.append(r)
+                        cached.append(res["cached_tokens"])
+                        ttft.append(res["ttft_s"])
+                    c_end = _sum_counters(servers)
+                    fleet_out[policy] = {
+                        "replica": reps,
+                        "cached_tokens": cached,
+                        "prompt_tokens": [len(x) for x in ids],
+                        "ttft_s": ttft,
+                        "seconds": time.perf_counter() - t1,
+                        "counters_warm": c_warm,
+                        "counters_end": c_end,
+                    }
+                out["fleet"] = fleet_out
+                out["fleet_workload"] = dict(fleet_workload)
+                out["warmup"] = warmup
+            out["alive_before_stop"] = [s.alive() for s in servers]
+        finally:
+            for s in servers:
+                s.stop()
+        out["memory_peak_bytes"] = mem.peak_bytes
+    out["alive_after_stop"] = [s.alive() for s in servers]
+    return out
+
+
 #: Job name -> function.
-JOBS = {"probe": probe, "lab1": lab1}
+JOBS = {"probe": probe, "lab1": lab1, "serving": serving}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """vLLM's OpenAI-compatible server on loopback: started, checked, read and always stopped.
 
-:class:`VllmServer` starts ``vllm serve`` (as ``PYTHON -m vllm.entrypoints.cli.main serve``) on
+:class:`VllmServer` starts ``vllm serve`` (as ``PYTHON -m kvlab.measure.vllm_cli serve``, vLLM's CLI) on
 127.0.0.1 in its own process group, waits for ``/health``, and stops the whole group by its own
 process id, also when something fails (use it as a context manager). Every way it can fail says
 why: the engine is missing, the port is taken, the model folder is missing, or the server died
@@ -116,7 +116,7 @@ class VllmServer:
         return [
             self.python,
             "-m",
-            "vllm.entrypoints.cli.main",
+            "kvlab.measure.vllm_cli",  # vLLM's own CLI (see that module for why)
             "serve",
             self.model,
             "--host",
