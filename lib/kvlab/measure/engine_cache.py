@@ -65,3 +65,79 @@ def agreement(predicted, measured) -> dict:
             (i for i, (p, m) in enumerate(zip(pred, meas, strict=True)) if p != m), None
         ),
     }
+
+
+class ChatRouting:
+    """kvlab's router objects driving a live fleet over a :class:`kvlab.workload.ChatWorkload`,
+    with the fleet simulator's inputs: for "random", "round_robin" and "sticky" the same choices
+    (``router.choose_many`` over the conversation ids); for "cache_aware" the simulator's stale
+    view (what the router itself sent where, in blocks of the system prompt and of each chat) and,
+    as load, the prefill tokens each replica computed so far (here measured: prompt minus cached
+    tokens, as the engine reported them)."""
+
+    def __init__(self, w, policy: str, replicas: int, block_size: int, seed: int = 0):
+        from .. import routing
+
+        self.w, self.policy, self.R = w, policy, int(replicas)
+        self.paths = w.paths(block_size)
+        self.bs = block_size
+        self.router = routing.make_router(policy, self.R, seed=seed)
+        self.choices = None if policy == "cache_aware" else self.router.choose_many(w.key)
+        self.loads = [0] * self.R
+        self._sys: dict[int, list[bool]] = {}
+        self._chat: dict[int, list[int]] = {}
+
+    def choose(self, i: int) -> int:
+        if self.choices is not None:
+            return int(self.choices[i])
+        p = self.paths
+        s, c = int(p.keys[2 * i]), int(p.keys[2 * i + 1])
+        ns, nc, mh = int(p.blocks[2 * i]), int(p.blocks[2 * i + 1]), int(p.max_hit_blocks[i])
+        ks = self._sys.setdefault(s, [False] * self.R)
+        kc = self._chat.setdefault(c, [0] * self.R)
+        m = [min(ns + kc[r], mh) * self.bs if ks[r] else 0 for r in range(self.R)]
+        r = int(self.router.choose(int(self.w.key[i]), np.array(m), np.array(self.loads)))
+        ks[r] = True
+        kc[r] = nc
+        return r
+
+    def served(self, r: int, prompt_tokens: int, cached_tokens: int) -> None:
+        self.loads[r] += int(prompt_tokens) - int(cached_tokens)
+
+
+def emulate_fleet(
+    w,
+    policy: str,
+    replicas: int,
+    num_blocks: int,
+    block_size: int,
+    warmup: int = 0,
+    vocab: int | None = None,
+    seed: int = 0,
+) -> dict:
+    """The live fleet of the lab without engines: the same routing (:class:`ChatRouting`) over
+    ``replicas`` :class:`kvlab.cache.VLLMBlockPool` s of ``num_blocks`` blocks, one request at a
+    time, nothing of an answer cached. With ``vocab``, token ids are mapped into the model's
+    vocabulary as the lab maps them. Returns the hit rate after ``warmup`` and per-request hits."""
+    from .vllm_lab import to_vocab
+
+    pools = [VLLMBlockPool(num_blocks, block_size, record_events=False) for _ in range(replicas)]
+    routing = ChatRouting(w, policy, replicas, block_size, seed=seed)
+    hits, prompt, reps = [], [], []
+    for i in range(len(w)):
+        ids = w.tokens(i)[0]
+        if vocab is not None:
+            ids = np.asarray(to_vocab(ids, vocab), dtype=np.int64)
+        r = routing.choose(i)
+        h = pools[r].serve(ids, cache_output=False)
+        routing.served(r, len(ids), h)
+        hits.append(h)
+        prompt.append(len(ids))
+        reps.append(r)
+    counted = slice(warmup, None)
+    return {
+        "hit_rate": sum(hits[counted]) / sum(prompt[counted]),
+        "hit_tokens": hits,
+        "prompt_tokens": prompt,
+        "replica": reps,
+    }

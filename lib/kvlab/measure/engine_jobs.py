@@ -193,44 +193,49 @@ def _sum_counters(servers) -> dict:
     }
 
 
-class ChatRouting:
-    """kvlab's router objects driving a live fleet over a :class:`kvlab.workload.ChatWorkload`,
-    with the fleet simulator's inputs: for "random", "round_robin" and "sticky" the same choices
-    (``router.choose_many`` over the conversation ids); for "cache_aware" the simulator's stale
-    view (what the router itself sent where, in blocks of the system prompt and of each chat) and,
-    as load, the prefill tokens each replica computed so far (here measured: prompt minus cached
-    tokens, as the engine reported them)."""
+def _route(routing, servers, clients, served, ids, warmup) -> dict:
+    """Send every request to the server ``routing`` chooses, in order on each server (each
+    server serves one request at a time). Choices that do not depend on the answers (random,
+    round-robin, sticky) are sent to the servers in parallel, one thread per server: each server
+    still sees its own requests in the same order, so its cache goes through the same states.
+    The counters of all servers are read after the first ``warmup`` requests and at the end."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    def __init__(self, w, policy: str, replicas: int, block_size: int, seed: int = 0):
-        from .. import routing
+    from . import server as srv
 
-        self.w, self.policy, self.R = w, policy, int(replicas)
-        self.paths = w.paths(block_size)
-        self.bs = block_size
-        self.router = routing.make_router(policy, self.R, seed=seed)
-        self.choices = None if policy == "cache_aware" else self.router.choose_many(w.key)
-        self.loads = [0] * self.R
-        self._sys: dict[int, list[bool]] = {}
-        self._chat: dict[int, list[int]] = {}
+    n = len(ids)
+    reps = [0] * n
+    cached = [0] * n
 
-    def choose(self, i: int) -> int:
-        import numpy as np
+    def run(indices):
+        for i in indices:
+            r = reps[i]
+            out = srv.complete(clients[r], served, ids[i], stream=False)
+            cached[i] = out["cached_tokens"]
 
-        if self.choices is not None:
-            return int(self.choices[i])
-        p = self.paths
-        s, c = int(p.keys[2 * i]), int(p.keys[2 * i + 1])
-        ns, nc, mh = int(p.blocks[2 * i]), int(p.blocks[2 * i + 1]), int(p.max_hit_blocks[i])
-        ks = self._sys.setdefault(s, [False] * self.R)
-        kc = self._chat.setdefault(c, [0] * self.R)
-        m = [min(ns + kc[r], mh) * self.bs if ks[r] else 0 for r in range(self.R)]
-        r = int(self.router.choose(int(self.w.key[i]), np.array(m), np.array(self.loads)))
-        ks[r] = True
-        kc[r] = nc
-        return r
-
-    def served(self, r: int, prompt_tokens: int, cached_tokens: int) -> None:
-        self.loads[r] += int(prompt_tokens) - int(cached_tokens)
+    if routing.choices is None:  # cache-aware: each choice needs the answers so far
+        c_warm = None
+        for i in range(n):
+            if i == warmup:
+                c_warm = _sum_counters(servers)
+            r = reps[i] = routing.choose(i)
+            out = srv.complete(clients[r], served, ids[i], stream=False)
+            cached[i] = out["cached_tokens"]
+            routing.served(r, len(ids[i]), out["cached_tokens"])
+    else:
+        reps[:] = [int(x) for x in routing.choices[:n]]
+        for part in (range(warmup), range(warmup, n)):
+            if part.start == warmup:
+                c_warm = _sum_counters(servers)
+            per = [[i for i in part if reps[i] == r] for r in range(len(servers))]
+            with ThreadPoolExecutor(len(servers)) as pool:
+                list(pool.map(run, per))
+    return {
+        "replica": reps,
+        "cached_tokens": cached,
+        "counters_warm": c_warm,
+        "counters_end": _sum_counters(servers),
+    }
 
 
 def serving(
@@ -263,6 +268,7 @@ def serving(
     from . import prompts, vllm_lab
     from . import server as srv
     from .engine import TINY_MODEL_DIR, check_model_dir
+    from .engine_cache import ChatRouting
 
     if model is None:
         model = str(check_model_dir(TINY_MODEL_DIR))
@@ -323,28 +329,11 @@ def serving(
                     for s in servers:
                         s.reset_prefix_cache()
                     routing = ChatRouting(w, policy, replicas, bs, seed=seed)
-                    reps, cached, ttft = [], [], []
                     t1 = time.perf_counter()
-                    c_warm = None
-                    for i in range(len(w)):
-                        if i == warmup:
-                            c_warm = _sum_counters(servers)
-                        r = routing.choose(i)
-                        res = srv.complete(clients[r], served, ids[i])
-                        routing.served(r, res["prompt_tokens"], res["cached_tokens"])
-                        reps.append(r)
-                        cached.append(res["cached_tokens"])
-                        ttft.append(res["ttft_s"])
-                    c_end = _sum_counters(servers)
-                    fleet_out[policy] = {
-                        "replica": reps,
-                        "cached_tokens": cached,
-                        "prompt_tokens": [len(x) for x in ids],
-                        "ttft_s": ttft,
-                        "seconds": time.perf_counter() - t1,
-                        "counters_warm": c_warm,
-                        "counters_end": c_end,
-                    }
+                    res = _route(routing, servers, clients, served, ids, warmup)
+                    res["prompt_tokens"] = [len(x) for x in ids]
+                    res["seconds"] = time.perf_counter() - t1
+                    fleet_out[policy] = res
                 out["fleet"] = fleet_out
                 out["fleet_workload"] = dict(fleet_workload)
                 out["warmup"] = warmup

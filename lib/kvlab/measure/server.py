@@ -254,10 +254,21 @@ def openai_client(server: VllmServer, timeout_s: float = 120):
     return OpenAI(base_url=server.base_url + "/v1", api_key="EMPTY", timeout=timeout_s)
 
 
-def complete(client, model: str, prompt_ids: list[int]) -> dict:
-    """One streamed completion of ``prompt_ids`` with ``max_tokens=1``: wall-clock TTFT to the
-    first chunk, cached tokens (``usage.prompt_tokens_details.cached_tokens``), prompt tokens."""
+def complete(client, model: str, prompt_ids: list[int], stream: bool = True) -> dict:
+    """One completion of ``prompt_ids`` with ``max_tokens=1``: wall-clock TTFT (to the first
+    streamed chunk; the whole call when ``stream`` is False), cached tokens
+    (``usage.prompt_tokens_details.cached_tokens``), prompt tokens."""
     t0 = time.perf_counter()
+    if not stream:
+        resp = client.completions.create(
+            model=model, prompt=[int(t) for t in prompt_ids], max_tokens=1, temperature=0.0
+        )
+        details = getattr(resp.usage, "prompt_tokens_details", None)
+        return {
+            "ttft_s": time.perf_counter() - t0,
+            "cached_tokens": int(getattr(details, "cached_tokens", 0) or 0),
+            "prompt_tokens": int(resp.usage.prompt_tokens),
+        }
     ttft, usage = None, None
     stream = client.completions.create(
         model=model,
