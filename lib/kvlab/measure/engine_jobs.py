@@ -99,7 +99,7 @@ def lab1(
     system_tokens: int = 2000,
     requests: int = 20,
     fit_lengths: tuple = (256, 512, 1024, 2048, 3072),
-    fit_repeats: int = 3,
+    fit_repeats: int = 4,
     hit_pairs: int = 6,
     replay: dict | None = None,
     seed: int = 0,
