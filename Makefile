@@ -33,11 +33,18 @@ $(STAMP): requirements.txt requirements-labs.txt lib/pyproject.toml
 ## torchvision/torchaudio/torchcodec never come in) and the tiny model in build/tiny-llama.
 engine: $(ENGINE_STAMP) $(TINY_MODEL)
 
+# The stamp is a copy of the requirements it was installed from: a newer file with the same
+# content (a checkout, a rebase) only refreshes the stamp instead of reinstalling.
 $(ENGINE_STAMP): requirements-engine.txt
-	rm -rf $(ENGINE_VENV)
-	$(PYTHON) -m venv $(ENGINE_VENV)
-	$(ENGINE_BIN)/python -m pip install --quiet --no-deps $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),) -r requirements-engine.txt
-	touch $(ENGINE_STAMP)
+	@if [ -f $(ENGINE_STAMP) ] && cmp -s requirements-engine.txt $(ENGINE_STAMP); then \
+	  touch $(ENGINE_STAMP); \
+	else \
+	  set -e; rm -rf $(ENGINE_VENV); \
+	  echo "$(PYTHON) -m venv $(ENGINE_VENV); pip install --no-deps -r requirements-engine.txt"; \
+	  $(PYTHON) -m venv $(ENGINE_VENV); \
+	  $(ENGINE_BIN)/python -m pip install --quiet --no-deps $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),) -r requirements-engine.txt; \
+	  cp requirements-engine.txt $(ENGINE_STAMP); \
+	fi
 
 $(TINY_MODEL): $(ENGINE_STAMP) lib/kvlab/measure/tinymodel.py
 	rm -rf build/tiny-llama
