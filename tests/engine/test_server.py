@@ -131,3 +131,28 @@ def test_stop_mid_run_leaves_nothing_running():
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
     with pytest.raises(engine.EngineError, match="is not running"):
         srv.counters()
+
+
+def test_job_stopped_while_its_servers_start_leaves_no_server():
+    """A serving job stopped from outside (its time ran out) while its servers start: the job's
+    SIGTERM handler stops them, and had it been killed outright, the servers' parent-death signal
+    would; either way no server of that job is left."""
+    base = free_port()
+    with pytest.raises(engine.EngineError, match="ran past"):
+        engine.run_job(
+            "serving",
+            {"num_blocks": 64, "max_model_len": 1024, "base_port": base, "fleet_workload": None},
+            in_process=False,
+            timeout_s=25,
+        )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = [
+            p.pid
+            for p in psutil.process_iter(["cmdline"])
+            if any(f"--port {base + r}" in " ".join(p.info["cmdline"] or []) for r in (0, 1))
+        ]
+        if not left:
+            break
+        time.sleep(1)
+    assert left == []

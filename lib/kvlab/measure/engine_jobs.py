@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import sys
 import threading
@@ -52,15 +53,15 @@ class MemoryPeak:
 
 def probe(model: str | None = None) -> dict:
     """Versions of the engine environment and the tiny model's tokenizer (no engine start)."""
+    from .engine import TINY_MODEL_DIR, check_model_dir
+
+    path = check_model_dir(model or TINY_MODEL_DIR)
     t0 = time.perf_counter()
     import torch
     import transformers
     import vllm
 
-    from .engine import TINY_MODEL_DIR, check_model_dir
-
     import_s = time.perf_counter() - t0
-    path = check_model_dir(model or TINY_MODEL_DIR)
     tok = transformers.AutoTokenizer.from_pretrained(str(path))
     ids = tok.apply_chat_template(
         [{"role": "user", "content": "How do I ask about a refund?"}],
@@ -350,12 +351,19 @@ def serving(
 JOBS = {"probe": probe, "lab1": lab1, "serving": serving}
 
 
+def _terminate(signum, frame):
+    raise KeyboardInterrupt(f"engine job stopped by signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 3 or args[0] not in JOBS:
         print(f"usage: python -m kvlab.measure.engine_jobs {{{','.join(JOBS)}}} PARAMS OUT")
         return 2
     job, pfile, ofile = args
+    # run_job stops a job with SIGTERM (time-out, interrupted notebook): turn it into an exception
+    # so that every ``finally`` runs and the servers a job started are stopped by their pids
+    signal.signal(signal.SIGTERM, _terminate)
     params = json.loads(Path(pfile).read_text())
     out = JOBS[job](**params)
     Path(ofile).write_text(json.dumps(out, default=float))

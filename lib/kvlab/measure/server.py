@@ -15,6 +15,7 @@ environment has.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +26,19 @@ from pathlib import Path
 
 from . import prom
 from .engine import EngineError, check_model_dir, engine_env, kill_group, log_tail
+
+
+def _die_with_parent() -> None:
+    """In the server's process, before vLLM starts: ask Linux to send it SIGTERM when the process
+    that started it dies, so a server never outlives a job that was killed outright. vLLM shuts
+    its engine processes down on SIGTERM. (Elsewhere than Linux this does nothing.)"""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -161,6 +175,7 @@ class VllmServer:
                 stdin=subprocess.DEVNULL,
                 env=engine_env(self.extra_env),
                 start_new_session=True,  # its own process group: stopped as one
+                preexec_fn=_die_with_parent,
             )
         return self
 
