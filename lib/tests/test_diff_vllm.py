@@ -184,7 +184,12 @@ def test_record(driver, counts):
         RECORD.write_text(json.dumps(now, indent=2) + "\n")
     rec = json.loads(RECORD.read_text())
     assert rec["vllm"] == now["vllm"], "another vLLM version: re-record with KVLAB_DIFF_RECORD=1"
-    assert now["stream_ops"] >= rec["stream_ops"], "fewer operations compared than the book says"
+    # The generated streams' total can differ by an operation or two between machines (hypothesis
+    # draws a few knobs differently): the book quotes the record, so hold it within 1 %.
+    assert now["stream_ops"] >= 10_000, "fewer than 10,000 generated operations compared"
+    assert abs(now["stream_ops"] - rec["stream_ops"]) <= 0.01 * rec["stream_ops"], (
+        f"{now['stream_ops']} operations compared, the book says {rec['stream_ops']}: re-record"
+    )
     assert rec["mooncake"] == now["mooncake"], "the Mooncake replay changed: re-record"
 
 
