@@ -217,6 +217,32 @@ def _compute(processes: int | None) -> tuple[list[dict], float]:
     return rows, seconds
 
 
+def load_cached(path: Path, key: str) -> dict | None:
+    """The grid stored at ``path`` if its ``key`` matches (marked ``rebuilt=False``), else None:
+    a missing, unreadable or stale file is recomputed, never reused."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key:
+        return None
+    data["rebuilt"] = False
+    return data
+
+
+def store(path: Path, data: dict) -> dict:
+    """Write ``data`` to ``path`` atomically (a temporary file, then a rename); return it marked
+    ``rebuilt=True``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    data["rebuilt"] = True
+    return data
+
+
 def routing_grid(
     path: Path | str | None = None, processes: int | None = None, rebuild: bool = False
 ) -> dict:
@@ -228,14 +254,9 @@ def routing_grid(
     """
     path = Path(path) if path is not None else CACHE
     key = cache_key()
-    if not rebuild and path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = {}
-        if data.get("key") == key:
-            data["rebuilt"] = False
-            return data
+    cached = None if rebuild else load_cached(path, key)
+    if cached is not None:
+        return cached
     rows, seconds = _compute(processes)
     data = {
         "key": key,
@@ -248,12 +269,7 @@ def routing_grid(
         "processes": processes or os.cpu_count() or 1,
         "rows": rows,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    data["rebuilt"] = True
-    return data
+    return store(path, data)
 
 
 def lookup(data: dict, replicas: int, cache_tokens: int, conversations: int, skew: float):

@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from .explorer import ROOT, embed_html
+from .explorer import ROOT, embed_html, load_cached, store
 
 __all__ = [
     "BUDGET",
@@ -164,14 +164,9 @@ def p22_grid(
 
     path = Path(path) if path is not None else CACHE
     key = cache_key()
-    if not rebuild and path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = {}
-        if data.get("key") == key:
-            data["rebuilt"] = False
-            return data
+    cached = None if rebuild else load_cached(path, key)
+    if cached is not None:
+        return cached
     jobs = settings()
     processes = processes or os.cpu_count() or 1
     t0 = time.perf_counter()
@@ -189,12 +184,7 @@ def p22_grid(
         "processes": processes,
         "rows": [row for part in parts for row in part],
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    data["rebuilt"] = True
-    return data
+    return store(path, data)
 
 
 def write_page_data(static: Path | str) -> Path | None:
