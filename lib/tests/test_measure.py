@@ -396,3 +396,17 @@ def test_kill_group_ends_children():
 
     with pytest.raises(ProcessLookupError):
         os.killpg(p.pid, 0)
+
+
+def test_allowed_cores_are_the_affinity_mask_in_order(monkeypatch):
+    from kvlab.measure import engine
+
+    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: {13, 12}, raising=False)
+    assert engine.allowed_cores() == [12, 13]  # a container whose cores do not start at 0
+
+    def no_affinity(pid):
+        raise OSError("not supported")
+
+    monkeypatch.setattr(engine.os, "sched_getaffinity", no_affinity, raising=False)
+    monkeypatch.setattr(engine.os, "cpu_count", lambda: 3)
+    assert engine.allowed_cores() == [0, 1, 2]

@@ -85,6 +85,17 @@ def engine_env(extra: dict | None = None) -> dict:
     return env
 
 
+def allowed_cores() -> list[int]:
+    """The CPU ids this process may run on, ascending (``os.sched_getaffinity``; ``0 .. n-1`` where
+    the platform has no affinity). A container can be given cores that do not start at 0, so an
+    engine is pinned to ``allowed_cores()[i]``, never to ``i``."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = list(range(os.cpu_count() or 1))
+    return cores or [0]
+
+
 @contextlib.contextmanager
 def engine_lock():
     """Hold ``$KVLAB_ENGINE_LOCK`` exclusively (nothing when the variable is unset)."""

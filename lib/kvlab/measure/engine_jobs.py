@@ -245,7 +245,7 @@ def serving(
     num_blocks: int | None = 96,
     max_model_len: int = 2560,
     replicas: int = 2,
-    base_port: int = 8310,
+    base_port: int | None = None,
     system_tokens: int = 1000,
     demo_requests: int = 8,
     fleet_workload: dict | None = None,
@@ -262,13 +262,14 @@ def serving(
        routed by kvlab's router over the servers one request at a time (prompts as token ids),
        each server's counters scraped after the warm-up requests and at the end.
 
-    Every server is stopped by its own pid when the job ends, also on failure."""
+    Every server is stopped by its own pid when the job ends, also on failure. ``base_port``: the
+    first server's port, the next ones counting up (default: free ports chosen by the system)."""
     from transformers import AutoTokenizer
 
     from ..workload import ChatWorkload
     from . import prompts, vllm_lab
     from . import server as srv
-    from .engine import TINY_MODEL_DIR, check_model_dir
+    from .engine import TINY_MODEL_DIR, allowed_cores, check_model_dir
     from .engine_cache import ChatRouting
 
     if model is None:
@@ -281,12 +282,23 @@ def serving(
         gpu_memory_utilization=gpu_memory_utilization,
         seed=seed,
     )
-    ncpu = os.cpu_count() or 1
+    cores = allowed_cores()
+    # ports the system says are free unless a first port is given (a fixed one may be taken)
+    if base_port is None:
+        ports: list[int] = []
+        while len(ports) < replicas:
+            p = srv.free_port()
+            if p not in ports:
+                ports.append(p)
+    else:
+        ports = [base_port + r for r in range(replicas)]
     servers = [
         srv.VllmServer(
             kw,
-            port=base_port + r,
-            cpu_cores=str(r % ncpu) if (not vllm_lab.on_gpu() and ncpu >= replicas) else None,
+            port=ports[r],
+            cpu_cores=str(cores[r % len(cores)])
+            if (not vllm_lab.on_gpu() and len(cores) >= replicas)
+            else None,
         )
         for r in range(replicas)
     ]

@@ -461,12 +461,15 @@ def run_file_split(
     python: str | None = None,
     workdir: str | os.PathLike | None = None,
     timeout_s: float = 400.0,
-    core: int = 0,
+    core: int | None = None,
 ) -> FileSplit:
     """Producer then consumer with ``ExampleConnector``; see the module docstring. Engines run
     one after the other (one core each is enough). ``workdir`` keeps the stored files (a temporary
-    folder, removed afterwards, when None)."""
+    folder, removed afterwards, when None). ``core``: the CPU the engines are pinned to (default:
+    the first this process may use)."""
     prompts = _prompts_ok(prompts)
+    if core is None:
+        core = engine.allowed_cores()[0]
     check_int("max_tokens", max_tokens, lo=1)
     python = python or str(engine.engine_python())
     deadline = time.monotonic() + timeout_s
@@ -636,15 +639,19 @@ def run_nixl_split(
     max_tokens: int = 16,
     python: str | None = None,
     timeout_s: float = 400.0,
-    cores: tuple[int, int] = (0, 1),
+    cores: tuple[int, int] | None = None,
     ports: tuple[int, int] | None = None,
 ) -> NixlSplit:
     """A prefill and a decode engine at once, each pinned to its own core, ``NixlConnector`` with
     host (``cpu``) KV buffers. For each prompt: the prefill engine runs it with ``max_tokens=1``
     and ``do_remote_decode``; the decode engine receives the returned ``kv_transfer_params`` and
     pulls the blocks over NIXL, then decodes ``max_tokens`` tokens. The prefill engine also decodes
-    every prompt by itself first: the colocated reference."""
+    every prompt by itself first: the colocated reference. ``cores``: the CPUs the two engines are
+    pinned to (default: the first two this process may use, or its only one twice)."""
     prompts = _prompts_ok(prompts)
+    if cores is None:
+        allowed = engine.allowed_cores()
+        cores = (allowed[0], allowed[1 % len(allowed)])
     check_int("max_tokens", max_tokens, lo=1)
     python = python or str(engine.engine_python())
     if ports is None:
