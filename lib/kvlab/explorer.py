@@ -17,10 +17,12 @@ bound to Vega-Lite parameters that filter the table, drawn by the Vega bundle th
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import json
 import os
+import textwrap
 import time
 from pathlib import Path
 
@@ -34,6 +36,7 @@ __all__ = [
     "DEFAULTS",
     "GRID",
     "cache_key",
+    "code_fingerprint",
     "fmt_hit",
     "fmt_imbalance",
     "grid_settings",
@@ -100,13 +103,68 @@ def fmt_imbalance(sp: Spread) -> str:
     return f"{sp.mean:.2f} ± {sp.std:.2f}x"
 
 
+class _DropNonSemantics(ast.NodeTransformer):
+    """Removes what cannot change a result: docstrings and type annotations (inside a function,
+    ``x: T = v`` is ``x = v``; in a class body the annotation stays, since it makes a dataclass
+    field)."""
+
+    def __init__(self) -> None:
+        self.in_function = 0
+
+    def _drop_docstring(self, node):
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            if isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+        return node
+
+    def visit_Module(self, node):
+        return self._drop_docstring(self.generic_visit(node))
+
+    def visit_ClassDef(self, node):
+        depth, self.in_function = self.in_function, 0
+        node = self.generic_visit(node)
+        self.in_function = depth
+        return self._drop_docstring(node)
+
+    def visit_FunctionDef(self, node):
+        node.returns = None
+        self.in_function += 1
+        node = self.generic_visit(node)
+        self.in_function -= 1
+        return self._drop_docstring(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_arg(self, node):
+        node.annotation = None
+        return node
+
+    def visit_AnnAssign(self, node):
+        node = self.generic_visit(node)
+        if not self.in_function:
+            return node
+        if node.value is None:  # a bare declaration does nothing at run time
+            return None
+        return ast.Assign(targets=[node.target], value=node.value)
+
+
+def code_fingerprint(obj) -> str:
+    """The source of a module, class or function as it executes: parsed, with docstrings, type
+    annotations, comments and layout removed, dumped as text. A change there (a docstring, a
+    type hint) leaves the fingerprint, and the grids cached under it, as they were."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+    return ast.dump(_DropNonSemantics().visit(tree), include_attributes=False)
+
+
 def cache_key() -> str:
-    """sha256 of the simulator's source (the functions that decide a result) and the grid."""
+    """sha256 of the simulator's code (:func:`code_fingerprint` of the functions that decide a
+    result) and the grid."""
     h = hashlib.sha256()
     for module, names in _SIM_SOURCES:
         for name in names:
             h.update(f"{module.__name__}.{name}\n".encode())
-            h.update(inspect.getsource(getattr(module, name)).encode())
+            h.update(code_fingerprint(getattr(module, name)).encode())
     grid = {
         "grid": {k: list(v) for k, v in GRID.items()},
         "defaults": DEFAULTS,

@@ -13,13 +13,12 @@ The grid is cached as JSON (:data:`CACHE`, committed) under a key of pdsim's sou
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import time
 from pathlib import Path
 
-from .explorer import ROOT, embed_html, load_cached, store
+from .explorer import ROOT, code_fingerprint, embed_html, load_cached, store
 
 __all__ = [
     "BUDGET",
@@ -55,12 +54,13 @@ def systems() -> list:
 
 
 def cache_key() -> str:
-    """sha256 of pdsim's and its helpers' source and of the grid's definition."""
+    """sha256 of pdsim's and its helpers' code (:func:`kvlab.explorer.code_fingerprint`) and of the
+    grid's definition."""
     from . import disagg, latency, pdsim
 
     h = hashlib.sha256()
     for module in (pdsim, disagg, latency):
-        h.update(inspect.getsource(module).encode())
+        h.update(code_fingerprint(module).encode())
     grid = {
         "grid": {k: list(v) for k, v in GRID.items()},
         "budget": BUDGET,

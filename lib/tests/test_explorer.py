@@ -144,3 +144,27 @@ def test_spec_controls_and_no_cdn():
         "https://vega.github.io/schema", ""
     )
     assert 'type="module" src="../_static/kvlab-vega.js"' in html
+
+
+def test_fingerprint_ignores_docstrings_hints_and_comments_only():
+    a = "def f(x: int) -> int:\n    '''Doc.'''\n    y: int = x + 1  # note\n    return y\n"
+    b = "def f(x):\n    y = x + 1\n    return y\n"
+    c = "def f(x):\n    y = x + 2\n    return y\n"
+
+    def fp(src):
+        import ast
+
+        return ast.dump(
+            explorer._DropNonSemantics().visit(ast.parse(src)), include_attributes=False
+        )
+
+    assert fp(a) == fp(b)
+    assert fp(b) != fp(c)  # a change in what runs changes it
+
+
+def test_committed_grid_is_current():
+    """The committed grid must match the simulator: a stale one is recomputed during the book
+    build (about 12 minutes on two cores). Fix: ``python -c 'from kvlab import explorer;
+    explorer.routing_grid(rebuild=True)'`` and commit data/explorer/routing-grid.json."""
+    data = json.loads(explorer.CACHE.read_text(encoding="utf-8"))
+    assert data["key"] == explorer.cache_key(), "data/explorer/routing-grid.json is stale"

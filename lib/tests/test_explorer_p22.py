@@ -1,5 +1,7 @@
 """The Problem 22 explorer's table: kvlab.pdsim's own trials, cached under a key of its source."""
 
+import json
+
 import pytest
 
 from kvlab import pdsim
@@ -60,3 +62,10 @@ def test_spec_has_labelled_controls():
     assert names == {"rate", "prompt", "output", "hit"}
     assert all(p["bind"]["name"].strip() for p in spec["params"])
     assert "https://" not in ex.p22_explorer_html().replace("https://vega.github.io/schema", "")
+
+
+def test_committed_grid_is_current():
+    """A stale committed grid is recomputed during the build (about 4 minutes on two cores). Fix:
+    ``python -c 'from kvlab import explorer_p22; explorer_p22.p22_grid(rebuild=True)'``."""
+    data = json.loads(ex.CACHE.read_text(encoding="utf-8"))
+    assert data["key"] == ex.cache_key(), "data/explorer/p22-grid.json is stale"
