@@ -83,9 +83,11 @@ serve: book
 colab-check:
 	$(PYTHON) tools/colab_check.py
 
+## ruff (lint rules and formatting) and mypy (kvlab's type hints; settings in lib/pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check lib tools tests notebooks solutions
 	$(BIN)/ruff format --check lib tools tests
+	$(BIN)/mypy --config-file lib/pyproject.toml lib/kvlab
 
 clean:
 	rm -rf _build build

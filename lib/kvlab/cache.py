@@ -273,6 +273,14 @@ class _OneCall:
 
     events: list
 
+    def start(self, request: Request) -> int:  # pragma: no cover - each subclass defines it
+        raise NotImplementedError
+
+    def finish(  # pragma: no cover - each subclass defines it
+        self, request: Request, output_ids=None, *, cache_output: bool = True
+    ) -> None:
+        raise NotImplementedError
+
     def serve(
         self,
         prompt_ids,
@@ -831,7 +839,8 @@ class VLLMBlockPool(_OneCall):
                     f"{rid!r}"
                 )
             self.decode(request, out[done : max(len(out) - 1, done)])
-        front, back = [], []
+        front: list[int] = []
+        back: list[int] = []
         for b in reversed(run.blocks):  # vLLM's free_blocks(reversed(blocks))
             self._ref[b] -= 1
             if self._ref[b] == 0:
@@ -1044,6 +1053,8 @@ class RadixTree(_OneCall):
     def _split(self, child: _Node, k: int) -> _Node:
         """Split ``child``'s edge after ``k`` tokens; return the new upper node."""
         parent = child.parent
+        if parent is None:
+            raise RuntimeError("the root has no edge to split")
         mid = _Node(child.tokens[:k], parent, child.start, next(self._nid), child.last_used)
         mid.lock = child.lock
         parent.children[mid.tokens[: self.page_size]] = mid
@@ -1203,7 +1214,7 @@ class RadixTree(_OneCall):
             raise
         self._clock += 1
         leaf = self._insert_below(ns, node, toks, matched)
-        n = leaf
+        n: _Node | None = leaf
         while n is not None:
             n.last_used = self._clock
             n = n.parent

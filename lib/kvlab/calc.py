@@ -49,8 +49,9 @@ def _floor(x: float) -> int:
 
 def kv_bytes_per_token(
     layers: int, kv_heads: int, head_dim: int, bytes_per_value: float = 2
-) -> int:
-    """KV cache bytes per token: 2 (K and V) x layers x kv_heads x head_dim x bytes_per_value."""
+) -> int | float:
+    """KV cache bytes per token: 2 (K and V) x layers x kv_heads x head_dim x bytes_per_value
+    (an int when whole, a float for fractional bytes per value)."""
     layers = check_int("layers", layers, lo=1)
     kv_heads = check_int("kv_heads", kv_heads, lo=1)
     head_dim = check_int("head_dim", head_dim, lo=1)
@@ -59,7 +60,7 @@ def kv_bytes_per_token(
     return int(v) if v.is_integer() else v
 
 
-def model_kv_bytes_per_token(model, bytes_per_value: float = 2) -> int:
+def model_kv_bytes_per_token(model, bytes_per_value: float = 2) -> int | float:
     """:func:`kv_bytes_per_token` for a :class:`kvlab.models.ModelShape`."""
     return kv_bytes_per_token(model.layers, model.kv_heads, model.head_dim, bytes_per_value)
 

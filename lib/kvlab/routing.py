@@ -265,7 +265,10 @@ class CacheAwareRouter(Router):
         self.lam = non_negative("lam", lam)
         self.view = check_choice("view", view, {"stale", "exact"})
 
-    def choose(self, key, matched_tokens, loads) -> int:
+    # Router.choose's defaults serve the cache-blind policies; this one needs matched_tokens and
+    # loads. Giving them defaults (None fails the shape check below) is a code change, and this
+    # class is fingerprinted by kvlab.explorer.cache_key(): it waits for the next grid recompute.
+    def choose(self, key, matched_tokens, loads) -> int:  # type: ignore[override]
         m = np.asarray(matched_tokens, dtype=float)
         ld = np.asarray(loads, dtype=float)
         if m.shape != (self.replicas,) or ld.shape != (self.replicas,):
@@ -348,8 +351,9 @@ class SGLangRouter(Router):
         return rank
 
     def choose(
-        self, key, matched_tokens, loads, prompt_tokens=1, tree_tokens=None, node=None
+        self, key, matched_tokens=None, loads=None, prompt_tokens=1, tree_tokens=None, node=None
     ) -> int:
+        # matched_tokens and loads are required: None fails the shape checks (ValueError)
         ld = _check_shape("loads", loads, self.replicas)
         m = _check_shape("matched_tokens", matched_tokens, self.replicas)
         hi, lo = float(ld.max()), float(ld.min())
@@ -391,7 +395,10 @@ class DynamoRouter(Router):
         prefill = (ld + np.maximum(float(prompt_tokens) - m, 0.0)) / self.block_size
         return self.overlap_weight * prefill + act / self.block_size
 
-    def choose(self, key, matched_tokens, loads, prompt_tokens=0, active_tokens=None) -> int:
+    def choose(
+        self, key, matched_tokens=None, loads=None, prompt_tokens=0, active_tokens=None
+    ) -> int:
+        # matched_tokens and loads are required: None fails cost()'s shape checks (ValueError)
         if active_tokens is None:
             active_tokens = np.zeros(self.replicas)
         c = self.cost(matched_tokens, loads, prompt_tokens, active_tokens)
@@ -422,6 +429,7 @@ def make_router(
     check_choice("view", view, {"stale", "exact"})
     check_choice("sticky", sticky, {"modulo", "ring"})
     check_number("epsilon", epsilon, lo=0)
+    router: Router
     if policy == "random":
         router = RandomRouter(replicas, seed)
     elif policy == "round_robin":

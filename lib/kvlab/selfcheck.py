@@ -314,11 +314,11 @@ def check_answer(
     cands: list[float] = []
     problem = ""
     for value, got_unit in readings:
-        c = _candidates(value, got_unit, unit)
-        if isinstance(c, str):
-            problem = c
+        found = _candidates(value, got_unit, unit)
+        if isinstance(found, str):
+            problem = found
         else:
-            cands.extend(c)
+            cands.extend(found)
     if not cands:
         return Verdict(False, f"Not quite: {problem}.")
     if any(_close(c, answer, tolerance) for c in cands):

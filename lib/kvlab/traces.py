@@ -189,7 +189,10 @@ def load_mooncake(path=None, limit: int | None = None) -> Trace:
         limit = check_int("limit", limit, lo=1)
     if not path.is_file():
         raise ValueError(f"path {str(path)!r} is not a file")
-    ts, n_in, n_out, ids = [], [], [], []
+    ts: list[float] = []
+    n_in: list[int] = []
+    n_out: list[int] = []
+    ids: list[list[int]] = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if limit is not None and len(ts) >= limit:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -64,6 +65,39 @@ class Paths:
     blocks: np.ndarray
     max_hit_blocks: np.ndarray
     kind: str = "general"
+
+
+class _ChatArrays(Protocol):
+    """What :class:`ChatWorkload`'s ``_check_index``, ``tokens`` and ``paths`` read, so that
+    :class:`kvlab.queueing.ChatSessions`, which has the same attributes, can borrow them."""
+
+    @property
+    def requests(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def system_prompts(self) -> int: ...
+    @property
+    def system_tokens(self) -> int: ...
+    @property
+    def new_tokens(self) -> int: ...
+    @property
+    def output_tokens_per_turn(self) -> int: ...
+    @property
+    def conversation(self) -> np.ndarray: ...
+    @property
+    def generation(self) -> np.ndarray: ...
+    @property
+    def system_prompt(self) -> np.ndarray: ...
+    @property
+    def history_tokens(self) -> np.ndarray: ...
+    @property
+    def prompt_tokens(self) -> np.ndarray: ...
+    @property
+    def output_tokens(self) -> np.ndarray: ...
+    @property
+    def chat_id(self) -> np.ndarray: ...
+    def _check_index(self, i) -> int: ...
 
 
 class ChatWorkload:
@@ -144,10 +178,10 @@ class ChatWorkload:
         """The routing key of each request (its conversation id)."""
         return self.conversation
 
-    def _check_index(self, i) -> int:
+    def _check_index(self: _ChatArrays, i) -> int:
         return check_int("i", i, lo=0, hi=self.requests - 1)
 
-    def tokens(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+    def tokens(self: _ChatArrays, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of request ``i``: (prompt_ids, output_ids), 1-D int64 arrays."""
         i = self._check_index(i)
         c, g = int(self.conversation[i]), int(self.generation[i])
@@ -160,7 +194,7 @@ class ChatWorkload:
         output = stream_ids(chat, n_hist, n_hist + self.output_tokens_per_turn)
         return prompt, output
 
-    def paths(self, block_size: int = 16) -> Paths:
+    def paths(self: _ChatArrays, block_size: int = 16) -> Paths:
         """Each request as two cache entries: its system prompt (the S // block_size blocks shared
         by every chat on that prompt) and its chat (all later full blocks of prompt + answer)."""
         bs = check_int("block_size", block_size, lo=1, hi=1_000_000)

@@ -266,11 +266,13 @@ def kv_copy_sweep(
     available = copy_kinds()
     if kinds is None:
         kinds = [k for k, why in available.items() if why is None]
-    results, skipped = [], []
+    results: list[CopyResult] = []
+    skipped: list[tuple[str, int | None, str]] = []
     for kind in kinds:
         check_choice("kinds", kind, KINDS)
-        if available[kind] is not None:
-            skipped.append((kind, None, available[kind]))
+        why_not = available[kind]
+        if why_not is not None:
+            skipped.append((kind, None, why_not))
             continue
         for tokens in tokens_list:
             tokens = check_int("tokens", tokens, lo=1)

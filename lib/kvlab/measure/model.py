@@ -21,6 +21,7 @@ import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -77,6 +78,13 @@ def predicted_saving_s(cold_s: float, prompt_tokens: int, cached_tokens: int, mo
 
 
 # --- the model -----------------------------------------------------------------------------------
+
+
+class _Factory(TypedDict):
+    """Where, and in which dtype, a module creates its parameters (torch's factory kwargs)."""
+
+    dtype: torch.dtype
+    device: torch.device | str
 
 
 class RMSNorm(nn.Module):
@@ -176,7 +184,7 @@ class TinyTransformer(nn.Module):
         d_model = check_int("d_model", d_model or q_heads * head_dim, lo=1)
         ffn_dim = check_int("ffn_dim", ffn_dim or 4 * d_model, lo=1)
         vocab = check_int("vocab", vocab, lo=2)
-        kw = {"dtype": dtype or torch.float32, "device": device or "cpu"}
+        kw: _Factory = {"dtype": dtype or torch.float32, "device": device or "cpu"}
         self.shape = {
             "layers": layers,
             "q_heads": q_heads,
@@ -389,7 +397,8 @@ class PrefixReuseEngine:
         t0 = time.perf_counter()
         hashes = self.store.lookup(tokens.numpy()) if (self.store is not None and reuse) else []
         cached = len(hashes) * (self.store.block_size if self.store is not None else 0)
-        past = self.store.gather(hashes) if hashes else None
+        # hashes only come from a store
+        past = self.store.gather(hashes) if hashes and self.store is not None else None
         logits, _hidden, kv = self.model(tokens[cached:], past=past)
         first = int(torch.argmax(logits))
         self._sync()

@@ -114,7 +114,8 @@ def kv_jobs(
     per_block = 0
     if descriptor_tokens:
         per_block = int(per_token * descriptor_tokens / (2 * shape.layers))
-    keep, skipped = [], []
+    keep: list[Job] = []
+    skipped: list[Job] = []
     for t in tokens:
         check_int("tokens", t, lo=1)
         job = Job(shape.name, int(t), int(calc.kv_bytes(t, per_token)), per_block)

@@ -76,7 +76,7 @@ def target(req: dict) -> None:
     agent = _agent("target")
     addr = buf.ctypes.data
     reg = agent.register_memory([(addr, max_bytes, 0, "")], "DRAM")
-    digests = {str(n): _digest(memoryview(buf)[: int(n)]) for n in req["sizes"]}
+    digests = {str(n): _digest(buf.data[: int(n)]) for n in req["sizes"]}
     _say(
         role="target",
         pid=os.getpid(),
@@ -124,7 +124,7 @@ def initiator(req: dict) -> None:
                 raise RuntimeError(f"NIXL READ of {n} bytes ended in state {state}")
             if r >= int(req["warmup"]):
                 times.append(dt)
-                ok = ok and _digest(memoryview(buf)[:n]) == req["digests"][str(n)]
+                ok = ok and _digest(buf.data[:n]) == req["digests"][str(n)]
         results.append(
             {"n_bytes": n, "descriptor_bytes": dbytes, "descriptors": descs}
             | {"times_s": times, "data_ok": ok}

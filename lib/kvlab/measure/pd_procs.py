@@ -280,6 +280,8 @@ class JsonLines:
 
 def send_json(proc: subprocess.Popen, msg: dict) -> None:
     """Write one request line to a child's stdin."""
+    if proc.stdin is None:
+        raise ValueError("the child was not started with stdin=subprocess.PIPE")
     proc.stdin.write(json.dumps(msg) + "\n")
     proc.stdin.flush()
 

@@ -115,6 +115,8 @@ class PrefixCounters:
     def hit_rate(self) -> float | None:
         """Lifetime hit rate (hits / queries), or the gauge; None when nothing was queried."""
         if self.queries:
+            if self.hits is None:
+                raise ValueError(f"{self.source}: queries counted but no hits counter")
             return self.hits / self.queries
         return self.gauge_hit_rate
 
@@ -151,6 +153,8 @@ def hit_rate_from_deltas(before: PrefixCounters, after: PrefixCounters) -> float
     if before.queries is None or after.queries is None:
         return None
     dq = counter_delta(before.queries, after.queries)
+    if before.hits is None or after.hits is None:
+        raise ValueError("readings hold a queries counter but no hits counter")
     dh = counter_delta(before.hits, after.hits)
     if dq == 0:
         return None

@@ -285,7 +285,7 @@ def complete(client, model: str, prompt_ids: list[int], stream: bool = True) -> 
             "prompt_tokens": int(resp.usage.prompt_tokens),
         }
     ttft, usage = None, None
-    stream = client.completions.create(
+    chunks = client.completions.create(
         model=model,
         prompt=[int(t) for t in prompt_ids],
         max_tokens=1,
@@ -293,7 +293,7 @@ def complete(client, model: str, prompt_ids: list[int], stream: bool = True) -> 
         stream=True,
         stream_options={"include_usage": True},
     )
-    for chunk in stream:
+    for chunk in chunks:
         if ttft is None and chunk.choices:
             ttft = time.perf_counter() - t0
         if chunk.usage is not None:

