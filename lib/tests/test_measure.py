@@ -410,3 +410,27 @@ def test_allowed_cores_are_the_affinity_mask_in_order(monkeypatch):
     monkeypatch.setattr(engine.os, "sched_getaffinity", no_affinity, raising=False)
     monkeypatch.setattr(engine.os, "cpu_count", lambda: 3)
     assert engine.allowed_cores() == [0, 1, 2]
+
+
+def test_streamed_completion_and_chat_read_ttft_and_usage():
+    from types import SimpleNamespace as NS
+
+    from kvlab.measure import server
+
+    usage = NS(prompt_tokens=40, prompt_tokens_details=NS(cached_tokens=32))
+    chunks = [NS(choices=[1], usage=None), NS(choices=[], usage=usage)]
+    calls = []
+
+    def create(**kw):
+        calls.append(kw)
+        return iter(chunks if kw.get("stream") else [])
+
+    client = NS(completions=NS(create=create), chat=NS(completions=NS(create=create)))
+    out = server.complete(client, "m", [1, 2, 3])
+    assert out["cached_tokens"] == 32 and out["prompt_tokens"] == 40 and out["ttft_s"] >= 0
+    got = server.chat(client, "m", "sys", "hi")
+    assert (got["cached_tokens"], got["prompt_tokens"]) == (32, 40) and got["ttft_s"] >= 0
+    chunks[:] = [NS(choices=[1], usage=None)]  # a server that sends no usage
+    assert server.complete(client, "m", [1, 2, 3])["prompt_tokens"] == 3  # falls back to the ids
+    assert server.chat(client, "m", "sys", "hi")["prompt_tokens"] is None
+    assert calls[-1]["messages"][0] == {"role": "system", "content": "sys"}

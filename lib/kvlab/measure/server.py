@@ -284,7 +284,6 @@ def complete(client, model: str, prompt_ids: list[int], stream: bool = True) -> 
             "cached_tokens": int(getattr(details, "cached_tokens", 0) or 0),
             "prompt_tokens": int(resp.usage.prompt_tokens),
         }
-    ttft, usage = None, None
     chunks = client.completions.create(
         model=model,
         prompt=[int(t) for t in prompt_ids],
@@ -293,33 +292,18 @@ def complete(client, model: str, prompt_ids: list[int], stream: bool = True) -> 
         stream=True,
         stream_options={"include_usage": True},
     )
-    for chunk in chunks:
-        if ttft is None and chunk.choices:
-            ttft = time.perf_counter() - t0
-        if chunk.usage is not None:
-            usage = chunk.usage
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) if details is not None else None
-    return {
-        "ttft_s": ttft,
-        "cached_tokens": int(cached or 0),
-        "prompt_tokens": int(usage.prompt_tokens) if usage is not None else len(prompt_ids),
-    }
+    out = _read_stream(chunks, t0)
+    if out["prompt_tokens"] is None:
+        out["prompt_tokens"] = len(prompt_ids)
+    return out
 
 
-def chat(client, model: str, system: str, user: str) -> dict:
-    """One streamed chat completion (``max_tokens=1``): TTFT, cached and prompt tokens."""
-    t0 = time.perf_counter()
+def _read_stream(chunks, t0: float) -> dict:
+    """Drain a streamed completion started at ``t0`` (``time.perf_counter``): TTFT to the first
+    chunk with a choice, and the cached and prompt tokens of the final usage chunk (prompt tokens
+    None when the server sent no usage)."""
     ttft, usage = None, None
-    stream = client.chat.completions.create(
-        model=model,
-        messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-        max_tokens=1,
-        temperature=0.0,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    for chunk in stream:
+    for chunk in chunks:
         if ttft is None and chunk.choices:
             ttft = time.perf_counter() - t0
         if chunk.usage is not None:
@@ -331,3 +315,17 @@ def chat(client, model: str, system: str, user: str) -> dict:
         "cached_tokens": int(cached or 0),
         "prompt_tokens": int(usage.prompt_tokens) if usage is not None else None,
     }
+
+
+def chat(client, model: str, system: str, user: str) -> dict:
+    """One streamed chat completion (``max_tokens=1``): TTFT, cached and prompt tokens."""
+    t0 = time.perf_counter()
+    stream = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+        max_tokens=1,
+        temperature=0.0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    return _read_stream(stream, t0)
