@@ -38,7 +38,7 @@ import heapq
 import itertools
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -267,11 +267,26 @@ class _Block:
     ref_count: int = 0
 
 
+def _check_request(request) -> None:
+    if not isinstance(request, Request):
+        raise ValueError(f"request must be a kvlab.cache.Request, got {type(request).__name__}")
+
+
+def _check_not_empty(arr: np.ndarray) -> None:
+    if len(arr) == 0:
+        raise ValueError("prompt_ids must hold at least 1 token, got an empty prompt")
+
+
 class _OneCall:
     """What both caches share: serving a request in one call, and draining recorded events.
     Subclasses define ``start(request)``, ``finish(request, cache_output=...)`` and ``events``."""
 
     events: list
+    _ids: Iterator[int]
+    _running: dict
+
+    def _keys(self, arr, adapter, mms, cache_salt) -> list:  # pragma: no cover - block caches
+        raise NotImplementedError
 
     def start(self, request: Request) -> int:  # pragma: no cover - each subclass defines it
         raise NotImplementedError
@@ -301,6 +316,27 @@ class _OneCall:
         """Return the recorded events and forget them."""
         ev, self.events = self.events, []
         return ev
+
+    def _claim_id(self, request: Request) -> int | str:
+        """``request``'s id (a fresh ``r<n>`` when it has none), refused if already running."""
+        if request.request_id is None:
+            request.request_id = f"r{next(self._ids)}"
+        rid = request.request_id
+        if rid in self._running:
+            raise ValueError(f"request_id {rid!r} is already running; finish it first")
+        return rid
+
+    def _admit(self, request: Request) -> tuple[np.ndarray, int | str, tuple[MMInput, ...], list]:
+        """What a block cache checks and computes to start ``request``: its prompt as an array,
+        its id, its checked images and its full blocks' keys (extra keys: adapter, images, cache
+        salt)."""
+        _check_request(request)
+        arr = _as_tokens("prompt_ids", request.prompt_ids)
+        _check_not_empty(arr)
+        _check_extra(request.adapter, request.cache_salt)
+        mms = _check_mm(request.mm_inputs, len(arr))
+        rid = self._claim_id(request)
+        return arr, rid, mms, self._keys(arr, request.adapter, mms, request.cache_salt)
 
 
 class BlockHashCache(_OneCall):
@@ -481,19 +517,7 @@ class BlockHashCache(_OneCall):
         """Admit ``request``: return its hit in tokens and pin every full block of its prompt
         (cached blocks are reused, missing ones allocated). Raises :class:`CacheFullError`, leaving
         the cache unchanged, if the pinned blocks would not fit."""
-        if not isinstance(request, Request):
-            raise ValueError(f"request must be a kvlab.cache.Request, got {type(request).__name__}")
-        arr = _as_tokens("prompt_ids", request.prompt_ids)
-        if len(arr) == 0:
-            raise ValueError("prompt_ids must hold at least 1 token, got an empty prompt")
-        _check_extra(request.adapter, request.cache_salt)
-        mms = _check_mm(request.mm_inputs, len(arr))
-        if request.request_id is None:
-            request.request_id = f"r{next(self._ids)}"
-        rid = request.request_id
-        if rid in self._running:
-            raise ValueError(f"request_id {rid!r} is already running; finish it first")
-        keys = self._keys(arr, request.adapter, mms, request.cache_salt)
+        arr, rid, _, keys = self._admit(request)
         matched = 0
         for key in keys:
             if key not in self._blocks:
@@ -764,19 +788,7 @@ class VLLMBlockPool(_OneCall):
     def start(self, request: Request) -> int:
         """Admit ``request`` (vLLM's ``get_computed_blocks`` then ``allocate_slots`` for the whole
         prompt): return its hit in tokens, pin the hit blocks and allocate the rest."""
-        if not isinstance(request, Request):
-            raise ValueError(f"request must be a kvlab.cache.Request, got {type(request).__name__}")
-        arr = _as_tokens("prompt_ids", request.prompt_ids)
-        if len(arr) == 0:
-            raise ValueError("prompt_ids must hold at least 1 token, got an empty prompt")
-        _check_extra(request.adapter, request.cache_salt)
-        mms = _check_mm(request.mm_inputs, len(arr))
-        if request.request_id is None:
-            request.request_id = f"r{next(self._ids)}"
-        rid = request.request_id
-        if rid in self._running:
-            raise ValueError(f"request_id {rid!r} is already running; finish it first")
-        keys = self._keys(arr, request.adapter, mms, request.cache_salt)
+        arr, rid, mms, keys = self._admit(request)
         hits = self._match(keys, len(arr))
         n_new = -(-len(arr) // self.block_size) - len(hits)
         evictable = sum(1 for b in hits if self._ref[b] == 0)
@@ -1145,18 +1157,12 @@ class RadixTree(_OneCall):
         """Admit ``request``: return its hit in tokens, lock the matched path and reserve room for
         the rest of the prompt's KV (evicting LRU leaves if needed). Raises :class:`CacheFullError`,
         leaving the cached contents unchanged, if locked and reserved KV would not fit."""
-        if not isinstance(request, Request):
-            raise ValueError(f"request must be a kvlab.cache.Request, got {type(request).__name__}")
+        _check_request(request)
         arr, toks, ns = self._prepare(
             request.prompt_ids, request.adapter, request.mm_inputs, request.cache_salt
         )
-        if len(arr) == 0:
-            raise ValueError("prompt_ids must hold at least 1 token, got an empty prompt")
-        if request.request_id is None:
-            request.request_id = f"r{next(self._ids)}"
-        rid = request.request_id
-        if rid in self._running:
-            raise ValueError(f"request_id {rid!r} is already running; finish it first")
+        _check_not_empty(arr)
+        rid = self._claim_id(request)
         matched, node = self._walk(ns, toks, split=True)
         self._lock(node, +1)
         reserve = self._aligned(len(toks)) - matched
