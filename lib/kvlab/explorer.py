@@ -24,7 +24,9 @@ import json
 import os
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -423,23 +425,15 @@ def routing_explorer_spec(data_url: str) -> dict:
         value=d["replicas"],
         bind=alt.binding_select(options=list(GRID["replicas"]), name="Replicas "),
     )
-    p_cache = alt.param(
-        name="cache",
-        value=d["cache_tokens"],
-        bind=alt.binding_select(
-            options=list(GRID["cache_tokens"]),
-            labels=[f"{c:,}" for c in GRID["cache_tokens"]],
-            name="Cache per replica (tokens) ",
-        ),
+    p_cache = select_param(
+        "cache",
+        d["cache_tokens"],
+        GRID["cache_tokens"],
+        "Cache per replica (tokens) ",
+        "{:,}".format,
     )
-    p_conv = alt.param(
-        name="conversations",
-        value=d["conversations"],
-        bind=alt.binding_select(
-            options=list(GRID["conversations"]),
-            labels=[f"{c:,}" for c in GRID["conversations"]],
-            name="Conversations ",
-        ),
+    p_conv = select_param(
+        "conversations", d["conversations"], GRID["conversations"], "Conversations ", "{:,}".format
     )
     p_skew = alt.param(
         name="skew",
@@ -535,15 +529,31 @@ def routing_explorer_spec(data_url: str) -> dict:
             alt.ExprRef("'Prefill per replica, ' + " + label_list + "[policy] + ' (mean dashed)'")
         ),
     )
-    chart = (
-        alt.hconcat(left, right)
-        .add_params(*params)
-        .configure(background="white", font="sans-serif")
+    return house_style(alt.hconcat(left, right).add_params(*params)).to_dict()
+
+
+def select_param(name: str, value, options, label: str, fmt: Callable[[Any], str]):
+    """A Vega-Lite parameter bound to a drop-down of ``options`` shown as ``fmt(option)``,
+    ``label`` in front, ``value`` chosen at first."""
+    import altair as alt
+
+    return alt.param(
+        name=name,
+        value=value,
+        bind=alt.binding_select(
+            options=list(options), labels=[fmt(v) for v in options], name=label
+        ),
+    )
+
+
+def house_style(chart):
+    """The explorers' common look: white background, no frame, dark grey text, light grid."""
+    return (
+        chart.configure(background="white", font="sans-serif")
         .configure_view(stroke=None)
         .configure_axis(labelColor="#222222", titleColor="#222222", gridColor="#e5e5e5")
         .configure_title(color="#222222", fontSize=13)
     )
-    return chart.to_dict()
 
 
 def embed_html(

@@ -18,7 +18,15 @@ import os
 import time
 from pathlib import Path
 
-from .explorer import ROOT, code_fingerprint, embed_html, load_cached, store
+from .explorer import (
+    ROOT,
+    code_fingerprint,
+    embed_html,
+    house_style,
+    load_cached,
+    select_param,
+    store,
+)
 
 __all__ = [
     "BUDGET",
@@ -208,18 +216,12 @@ def p22_explorer_spec(data_url: str) -> dict:
     d = DEFAULTS
 
     def select(name, key, label, fmt):
-        return alt.param(
-            name=name,
-            value=d[key],
-            bind=alt.binding_select(
-                options=list(GRID[key]), labels=[fmt(v) for v in GRID[key]], name=label
-            ),
-        )
+        return select_param(name, d[key], GRID[key], label, fmt)
 
     params = [
-        select("rate", "rate_rps", "Request rate (requests/s) ", lambda v: f"{v:g}"),
-        select("prompt", "prompt_tokens", "Prompt length (tokens) ", lambda v: f"{v:,}"),
-        select("output", "output_tokens", "Output length (tokens) ", lambda v: f"{v:,}"),
+        select("rate", "rate_rps", "Request rate (requests/s) ", "{:g}".format),
+        select("prompt", "prompt_tokens", "Prompt length (tokens) ", "{:,}".format),
+        select("output", "output_tokens", "Output length (tokens) ", "{:,}".format),
         select("hit", "hit_rate", "Prefix hit rate ", lambda v: f"{v * 100:.0f} %"),
     ]
     data = alt.Data(url=data_url, format=alt.DataFormat(type="json", property="rows"))
@@ -277,20 +279,12 @@ def p22_explorer_spec(data_url: str) -> dict:
         .mark_rule(strokeDash=[6, 4], color="#111111")
         .encode(y="t:Q")
     )
-    chart = (
-        (bars + labels + best + target)
-        .properties(
-            width=560,
-            height=260,
-            title=f"SLO attainment at the chosen rate, {BUDGET} replicas (dashed: 90 % target)",
-        )
-        .add_params(*params)
-        .configure(background="white", font="sans-serif")
-        .configure_view(stroke=None)
-        .configure_axis(labelColor="#222222", titleColor="#222222", gridColor="#e5e5e5")
-        .configure_title(color="#222222", fontSize=13)
+    chart = (bars + labels + best + target).properties(
+        width=560,
+        height=260,
+        title=f"SLO attainment at the chosen rate, {BUDGET} replicas (dashed: 90 % target)",
     )
-    return chart.to_dict()
+    return house_style(chart.add_params(*params)).to_dict()
 
 
 def p22_explorer_html(
