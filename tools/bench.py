@@ -135,20 +135,10 @@ def bench_engine() -> None:
     import statistics
 
     from kvlab.measure import engine
+    from kvlab.measure.engine_jobs import LAB1_REPLAY
 
-    replay = dict(
-        conversations=8,
-        requests=240,
-        system_prompts=2,
-        system_tokens=320,
-        history_start=0,
-        history_step=200,
-        history_max=2000,
-        new_tokens=40,
-        output_tokens=24,
-    )
     try:
-        out = engine.run_job("lab1", {"requests": 10, "fit_repeats": 2, "replay": replay})
+        out = engine.run_job("lab1", {"requests": 10, "fit_repeats": 2, "replay": LAB1_REPLAY})
     except engine.EngineError as exc:
         print(f"engine figures skipped: {exc}".splitlines()[0])
         return

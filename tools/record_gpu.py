@@ -32,21 +32,7 @@ sys.path.insert(0, str(ROOT / "lib"))
 
 from kvlab import calc, models  # noqa: E402  (after the sys.path line above)
 from kvlab.measure import copies, discover, results, transfer  # noqa: E402
-
-#: Lab 1's replay and fleet streams, as in the notebook.
-LAB1_REPLAY = dict(
-    conversations=8,
-    requests=240,
-    system_prompts=2,
-    system_tokens=320,
-    history_start=0,
-    history_step=200,
-    history_max=2000,
-    new_tokens=40,
-    output_tokens=24,
-    seed=0,
-)
-LAB1_FLEET = dict(LAB1_REPLAY, requests=200, output_tokens=0)
+from kvlab.measure.engine_jobs import LAB1_FLEET, LAB1_REPLAY  # noqa: E402
 
 
 def driver_version() -> str | None:

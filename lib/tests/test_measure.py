@@ -434,3 +434,25 @@ def test_streamed_completion_and_chat_read_ttft_and_usage():
     assert server.complete(client, "m", [1, 2, 3])["prompt_tokens"] == 3  # falls back to the ids
     assert server.chat(client, "m", "sys", "hi")["prompt_tokens"] is None
     assert calls[-1]["messages"][0] == {"role": "system", "content": "sys"}
+
+
+def test_lab1_notebook_states_the_workloads_the_tools_run():
+    """Lab 1 spells its two streams out for the reader; bench and record_gpu import them from
+    kvlab: the two must be the same streams."""
+    import ast
+    import json
+    from pathlib import Path
+
+    from kvlab.measure.engine_jobs import LAB1_FLEET, LAB1_REPLAY
+
+    nb = Path(__file__).resolve().parents[2] / "notebooks/labs/lab1-vllm-prefix-caching.ipynb"
+    found = {}
+    for cell in json.loads(nb.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        for node in ast.walk(ast.parse("".join(cell["source"]))):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                name = getattr(node.targets[0], "id", None)
+                if name in ("REPLAY", "FLEET") and getattr(node.value.func, "id", "") == "dict":
+                    found[name] = {k.arg: ast.literal_eval(k.value) for k in node.value.keywords}
+    assert found == {"REPLAY": LAB1_REPLAY, "FLEET": LAB1_FLEET}

@@ -17,6 +17,22 @@ import threading
 import time
 from pathlib import Path
 
+#: Lab 1's chat-stream replay (``ChatWorkload`` arguments; token ids mapped into the model's
+#: vocabulary by the job) and the fleet stream its servers are routed (no answers cached).
+LAB1_REPLAY = dict(
+    conversations=8,
+    requests=240,
+    system_prompts=2,
+    system_tokens=320,
+    history_start=0,
+    history_step=200,
+    history_max=2000,
+    new_tokens=40,
+    output_tokens=24,
+    seed=0,
+)
+LAB1_FLEET = dict(LAB1_REPLAY, requests=200, output_tokens=0)
+
 
 class MemoryPeak:
     """Peak resident memory of this process and all its children (bytes), sampled every
