@@ -52,6 +52,7 @@ $(TINY_MODEL): $(ENGINE_STAMP) lib/kvlab/measure/tinymodel.py
 
 ## Build the site into _build/html, executing every notebook (strict: warnings are errors).
 book: $(STAMP) engine
+	rm -f build/lab-fallbacks.log
 	$(BIN)/jupyter-book build --all -W -n --keep-going .
 
 ## Every test: the library, the notebooks under nbval, the strict build, the site in a browser.
@@ -66,7 +67,7 @@ test-notebooks: $(STAMP)
 test-build: book
 
 test-site: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/site
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/site
 
 ## Speed figures (not tests): simulated requests per second, the demo's recompute time.
 bench: $(STAMP)

@@ -130,7 +130,7 @@ def save(lab: str, name: str, value: Any, params: dict, directory: Path | None =
     data["command"] = "python tools/record_cpu_labs.py"
     data.setdefault("runs", {})[name] = {"params": _plain(params), "value": _as_dict(value)}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    path.write_text(json.dumps(data, indent=1) + "\n")  # key order kept: the page prints dicts
     return path
 
 
