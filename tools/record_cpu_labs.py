@@ -33,8 +33,10 @@ def main() -> int:
     ).execute()
     out = ROOT / "results" / "lab3-cpu-recorded.json"
     data = json.loads(out.read_text())
-    print(f"{time.perf_counter() - start:.0f} s; wrote {out.relative_to(ROOT)}: "
-          f"{', '.join(sorted(data['runs']))} on {data['machine'].get('cpu')}")
+    print(
+        f"{time.perf_counter() - start:.0f} s; wrote {out.relative_to(ROOT)}: "
+        f"{', '.join(sorted(data['runs']))} on {data['machine'].get('cpu')}"
+    )
     return 0
 
 

@@ -21,8 +21,20 @@ def _file_split() -> pd_split.FileSplit:
     )
     stored = [pd_split.StoredTensor("/s/a/l0.safetensors", "l0", (1984, 2, 64), "F32", 10, 12)]
     return pd_split.FileSplit(
-        "ExampleConnector", [2000], 32, stored, _run("p"), _run("c"), _run("i"), _run("z"),
-        [0.07], [0.01], True, [(1e-7, 4e-5), (1.4, 1.4)], checks, 26.0,
+        "ExampleConnector",
+        [2000],
+        32,
+        stored,
+        _run("p"),
+        _run("c"),
+        _run("i"),
+        _run("z"),
+        [0.07],
+        [0.01],
+        True,
+        [(1e-7, 4e-5), (1.4, 1.4)],
+        checks,
+        26.0,
     )
 
 
@@ -58,7 +70,9 @@ def test_round_trip_through_json_keeps_every_field(tmp_path):
 
 
 def test_a_run_that_works_is_measured_here(tmp_path, log):
-    m = recorded.measure("lab9", "files", _file_split, pd_split.FileSplit, PARAMS, directory=tmp_path)
+    m = recorded.measure(
+        "lab9", "files", _file_split, pd_split.FileSplit, PARAMS, directory=tmp_path
+    )
     assert m.here and m.value == _file_split() and m.errors == []
     assert "measured on this machine" in m.note
     assert not recorded.recording_path("lab9", tmp_path).exists()  # recording is opt-in
@@ -162,5 +176,7 @@ def test_the_committed_recording_loads_and_passed_its_checks():
         value, _ = recorded.load("lab3", name, cls, data["runs"][name]["params"])
         checks = getattr(value, "checks", value)
         assert checks.all_gone and not checks.non_loopback and checks.sockets, name
-    sweep, _ = recorded.load("lab3", "NIXL sweep", nixl_sweep.NixlSweep, data["runs"]["NIXL sweep"]["params"])
+    sweep, _ = recorded.load(
+        "lab3", "NIXL sweep", nixl_sweep.NixlSweep, data["runs"]["NIXL sweep"]["params"]
+    )
     assert sweep.data_ok

@@ -23,6 +23,8 @@ Submodules:
   exact vLLM block pool).
 - :mod:`.tinymodel`: the tiny random-weight Llama and its locally trained tokenizer.
 - :mod:`.results`: writing and reading recorded GPU results (``results/*.json``).
+- :mod:`.recorded`: a lab's engine run measured here, or its CPU recording when the engines cannot
+  run here (``results/<lab>-cpu-recorded.json``), the page saying which.
 """
 
 from .copies import CopyResult, copy_kinds, kv_copy_sweep, time_copy
