@@ -102,7 +102,9 @@ def test_nixl_totals_sum_the_histograms():
         {"name": "vllm:nixl_bytes_transferred", "count": 2, "sum": 4e6},
         {"name": "vllm:prefix_cache_hits", "value": 3},
     ]
-    assert pd_split.nixl_totals(m) == {"transfers": 2.0, "xfer_s": 0.5, "bytes": 4e6}
+    assert pd_split.nixl_totals(m) == {"transfers": 2.0, "failed": 0.0, "xfer_s": 0.5, "bytes": 4e6}
+    m.append({"name": "vllm:nixl_num_failed_transfers", "value": 1.0})
+    assert pd_split.nixl_totals(m)["failed"] == 1.0
 
 
 def test_kv_jobs_use_the_formula_and_cap():

@@ -590,9 +590,13 @@ _NIXL_METRICS = {
 
 
 def nixl_totals(metrics: list[dict]) -> dict[str, float]:
-    """Running totals (sums) and the transfer count from the engine's NIXL histograms."""
-    out = {"transfers": 0.0}
+    """Running totals (sums) and the transfer count from the engine's NIXL histograms, and the
+    count of failed transfers (handshakes and notifications included) from its counter."""
+    out = {"transfers": 0.0, "failed": 0.0}
     for m in metrics:
+        if m["name"] == "vllm:nixl_num_failed_transfers":
+            out["failed"] += float(m.get("value") or 0.0)
+            continue
         key = _NIXL_METRICS.get(m["name"])
         if key:
             out[key] = out.get(key, 0.0) + float(m.get("sum") or 0.0)
@@ -613,6 +617,7 @@ class NixlRequest:
     xfer_s: float  # NIXL telemetry: post to completion seen by vLLM's poll
     post_s: float  # NIXL telemetry: time to post the transfer
     decode_wall_s: float  # the decode engine's generate() call, handshake included on the first
+    failed: int = 0  # transfers vLLM counted as failed (vllm:nixl_num_failed_transfers)
 
 
 @dataclass
@@ -696,10 +701,20 @@ def run_nixl_split(
                         delta.get("xfer_s", 0.0),
                         delta.get("post_s", 0.0),
                         d["seconds"],
+                        int(delta.get("failed", 0)),
                     )
                 )
                 p_out.append(p)
                 d_out.append(d)
+            undelivered = [i for i, r in enumerate(reqs) if r.failed or not r.bytes]
+            if undelivered:
+                # vLLM's default kv_load_failure_policy is "fail": such a request has no usable
+                # output, and the run measures no transfer. Seen rarely, with UCX limited to TCP.
+                raise RuntimeError(
+                    f"NIXL did not deliver the KV of request(s) {undelivered} on this machine: "
+                    f"bytes per request {[r.bytes for r in reqs]}, failed transfers "
+                    f"{[r.failed for r in reqs]}; decode engine {dec.lines.tail(800)}"
+                )
             checks.see(kids)
             for name, eng in engines.items():
                 checks.peak_rss_bytes[name] = eng.quit()
