@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_notebooks import execute  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB3 = ROOT / "notebooks" / "labs" / "lab3-disaggregated-prefill.ipynb"
@@ -26,11 +26,8 @@ LAB3 = ROOT / "notebooks" / "labs" / "lab3-disaggregated-prefill.ipynb"
 
 def main() -> int:
     os.environ["KVLAB_RECORD_LABS"] = "1"
-    nb = nbformat.read(LAB3, as_version=4)
     start = time.perf_counter()
-    NotebookClient(
-        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(LAB3.parent)}}
-    ).execute()
+    execute(LAB3)
     out = ROOT / "results" / "lab3-cpu-recorded.json"
     data = json.loads(out.read_text())
     print(

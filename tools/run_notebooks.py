@@ -15,14 +15,20 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(path: Path) -> float:
+def execute(path: Path) -> nbformat.NotebookNode:
+    """Run the notebook at ``path`` in a fresh kernel, in its own folder; return it with outputs
+    (the file is not touched)."""
     nb = nbformat.read(path, as_version=4)
-    start = time.perf_counter()
     client = NotebookClient(
         nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     )
     client.execute()
-    nbformat.write(nb, path)
+    return nb
+
+
+def run(path: Path) -> float:
+    start = time.perf_counter()
+    nbformat.write(execute(path), path)
     return time.perf_counter() - start
 
 

@@ -38,11 +38,10 @@ import dacite
 
 from .._validate import non_negative
 from . import engine, pd_procs
+from .results import RESULTS_DIR
 
 T = TypeVar("T")
 
-#: Where recordings live (the repository's ``results/``).
-RESULTS_DIR = engine.ROOT / "results"
 #: One line per fallback, for CI's log and the site test.
 FALLBACK_LOG = engine.ROOT / "build" / "lab-fallbacks.log"
 #: Environment variable that turns recording on.
