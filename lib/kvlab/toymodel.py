@@ -78,19 +78,31 @@ class TinyDecoder:
 
     def layer(self, x: np.ndarray, w: dict, first: int, past_kv=None):
         """One layer for positions ``first``.. (rows of ``x``): K and V of those positions, appended
-        to the cached ones, then causal attention (position i sees keys 0..i) and an MLP."""
-        k_new, v_new = x @ w["k"], x @ w["v"]
+        to the cached ones, then causal attention (position i sees keys 0..i) and an MLP.
+
+        Exact reuse by construction: every product is computed row by row (a stack of 1 x d rows
+        times a matrix, one BLAS call per row), and each row's attention runs over all keys of the
+        sequence with the later ones masked. So position i runs the same operations on arrays of
+        the same shapes whether its prefix was computed in this call or taken from ``past_kv``, and
+        a cache hit reproduces the full computation bit for bit on any BLAS kernel. One matrix
+        product over all rows would not: the kernel a CPU picks for a shape fixes its summation
+        order, and a cached and a fresh run multiply matrices of different shapes."""
+
+        def rows(a: np.ndarray, m: np.ndarray) -> np.ndarray:
+            return (a[:, None, :] @ m)[:, 0, :]  # row by row: the same call for every row
+
+        k_new, v_new = rows(x, w["k"]), rows(x, w["v"])
         if past_kv is None:
             k_all, v_all = k_new, v_new
         else:
             k_all, v_all = np.vstack([past_kv[0], k_new]), np.vstack([past_kv[1], v_new])
-        scores = (x @ w["q"]) @ k_all.T / np.sqrt(self.d)
-        rows = np.arange(first, first + len(x))[:, None]
-        scores = np.where(np.arange(len(k_all))[None, :] > rows, -np.inf, scores)  # causal mask
+        scores = rows(rows(x, w["q"]), k_all.T) / np.sqrt(self.d)
+        pos = np.arange(first, first + len(x))[:, None]
+        scores = np.where(np.arange(len(k_all))[None, :] > pos, -np.inf, scores)  # causal mask
         a = np.exp(scores - scores.max(axis=1, keepdims=True))
         a /= a.sum(axis=1, keepdims=True)
-        x = x + (a @ v_all) @ w["o"]
-        x = x + np.tanh(x @ w["up"]) @ w["down"]
+        x = x + rows(rows(a, v_all), w["o"])
+        x = x + rows(np.tanh(rows(x, w["up"])), w["down"])
         return x, (k_all, v_all)
 
     def forward(self, tokens, adapter=None, past=None):
