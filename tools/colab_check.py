@@ -431,6 +431,15 @@ print(json.dumps(out))
 """.replace("ABSENT", repr(ABSENT))
 
 
+def data_files() -> dict[str, str]:
+    """sha256 of every file under data/ (the explorers' cached grids among them)."""
+    return {
+        str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((ROOT / "data").rglob("*"))
+        if p.is_file()
+    }
+
+
 def is_lab(path: Path) -> bool:
     rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     return rel.parts[:2] == ("notebooks", "labs") or (
@@ -475,6 +484,7 @@ def run_env(
         log(f"[{name}] FAIL: {present} installed in the Colab environment (Colab has none)")
         return {"ok": False, "probe": probe, "results": [], "n": len(paths)}
     packages_before = installed_versions(vpy)
+    data_before = data_files()
     t0 = time.perf_counter()
     jobs = [{"path": str(p), "colab": colab, "setup_only": setup_only and is_lab(p)} for p in paths]
     proc = subprocess.Popen(
@@ -514,6 +524,18 @@ def run_env(
     if packages_after != packages_before:
         diff = sorted(set(packages_after.items()) ^ set(packages_before.items()))
         log(f"[{name}] FAIL: running the notebooks changed the installed packages: {diff}")
+        ok = False
+    # A cache whose key differs in this environment (another Python, other versions) is recomputed
+    # and written back: slow for a reader in Colab, and a change to committed files here.
+    data_after = data_files()
+    rewritten = sorted(
+        k for k in set(data_before) | set(data_after) if data_before.get(k) != data_after.get(k)
+    )
+    if rewritten:
+        log(
+            f"[{name}] FAIL: running the notebooks rewrote {rewritten} (a cache key that differs "
+            "in this environment; restore them with `git checkout -- data`)"
+        )
         ok = False
     failed = [r for r in results if r["error"]]
     for r in failed:
