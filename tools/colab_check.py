@@ -5,10 +5,12 @@ What it does, from a fresh clone (it needs only ``python3`` and access to PyPI):
 1. Finds a Python like Colab's (3.12; then 3.13; else the interpreter running this script, with a
    warning). Looked for on PATH (``python3.12``) and under ``~/.pyenv/versions/3.12*``; override
    with ``--python PATH`` or the environment variable ``COLAB_PYTHON``.
-2. Creates ``.venv-colab`` (reused on later runs when the Python and the pins are unchanged) and
-   installs the pins below FIRST, then ``pip install -e lib`` (kvlab declares loose lower bounds
-   only), and verifies that installing kvlab changed none of the pinned versions. There is no
-   myst-nb and no nbval in this environment, as on Colab: notebooks glue through ``kvlab.glue``.
+2. Creates ``build/.venv-colab-KEY`` (KEY: a hash of the Python version, the pins and kvlab's
+   declared dependencies, so a changed pin or dependency gets a new environment and an unchanged
+   one is reused; older keys are removed) and installs the pins below FIRST, then
+   ``pip install -e lib`` (kvlab declares loose lower bounds only), and verifies that installing
+   kvlab changed none of the pinned versions. There is no myst-nb and no nbval in this
+   environment, as on Colab: notebooks glue through ``kvlab.glue``.
 3. Checks statically that every notebook's first cell is the current Colab set-up cell
    (``tools/colab_cell.py --check``). Running that cell for real would ``git clone`` the
    repository, so it is not simulated with a fake ``google.colab`` module; outside Colab the cell
@@ -17,13 +19,26 @@ What it does, from a fresh clone (it needs only ``python3`` and access to PyPI):
    top to bottom with nbclient in that environment (cwd = the notebook's folder); outputs are not
    written back.
 5. Labs (on by default; ``--no-labs`` skips them): builds a second environment,
-   ``.venv-colab-labs``, with the same pins plus torch and its dependencies at Colab's versions
-   (``LAB_PINS``), then kvlab, verified the same way, and runs ``notebooks/labs/*.ipynb`` and
-   ``solutions/labs-*.ipynb`` in it on the CPU path (``CUDA_VISIBLE_DEVICES`` is emptied, as on a
-   Colab runtime without GPU). The labs' own set-up cell (after the Colab cell) runs as written:
-   it installs packages only inside Colab, and only those Colab lacks; to prove that nothing was
-   installed, the environment's full package list is compared before and after the run.
-6. Prints a summary with versions and timings; exits 1 on any error.
+   ``build/.venv-colab-labs-KEY``, with the same pins plus torch and its dependencies at Colab's
+   versions (``LAB_PINS``), then kvlab, verified the same way, and runs ``notebooks/labs/*.ipynb``
+   and ``solutions/labs-*.ipynb`` in it as on a Colab runtime without GPU: ``CUDA_VISIBLE_DEVICES``
+   is emptied and, in place of the Colab cell (which would ``git clone``; step 3 checks it), the
+   kernel gets an empty ``google.colab`` module, so ``"google.colab" in sys.modules`` is true and
+   the labs take their Colab branches. The labs' own set-up cell runs as written: it installs
+   packages only inside Colab, and only those Colab lacks; to prove that nothing was installed,
+   the environment's full package list is compared before and after the run.
+6. Which path a lab's set-up chose is read from the variables it defines, not from its wording
+   (see ``judge_setup``): ``ENGINE_HERE`` (vLLM imports in the notebook's Python) and
+   ``ENGINE_OK`` (an engine will run, in-process or in ``.venv-engine``), or ``HAS_GPU``. Where
+   ``.venv-engine`` exists the lab must choose the engine environment; where it does not, the CPU
+   path (no engine: what a Colab runtime without GPU does). Neither may find vLLM in-process or a
+   GPU here. The summary says which path each lab took.
+7. Prints a summary with versions and timings; exits 1 on any error.
+
+``--fast`` (``make colab-check-fast``, part of ``make test``) runs only the notebooks whose imports
+differ from the book's environment (``FAST``): the two explorers, which need Altair, in the Colab
+environment, and Lab 1 up to and including its set-up cell in the labs environment. The
+environments are the same cached ones as the full check's.
 
 Why the labs environment uses Python 3.11, not Colab's 3.12: the labs need torch. Colab ships
 torch 2.10.0+cu128 preinstalled; a CPU build is what the CPU path needs, and the only CPU torch
@@ -41,19 +56,25 @@ Versions. Colab publishes its runtime's ``pip freeze`` at https://github.com/goo
 Python-level packages the notebooks touch, copied from the February 2026 version of that file
 (commit 4647a1d): numpy 2.0.2, pandas 2.2.2, matplotlib 3.10.0, ipywidgets 7.7.1, ipython 7.34.0,
 ipykernel 6.17.1, jupyter_client 7.4.9, traitlets 5.7.1, sympy 1.14.0, tqdm 4.67.3,
-nbclient 0.10.4, nbformat 5.10.4, prometheus_client 0.24.1 (and, for the labs, torch's own
-dependencies). Update ``PINS`` and ``LAB_PINS`` when Colab moves (the file says what it is).
+nbclient 0.10.4, nbformat 5.10.4, prometheus_client 0.24.1, altair 5.5.0 (which the explorers'
+``kvlab.explorer`` imports) with its dependencies (and, for the labs, torch's own dependencies).
+Altair is also 5.5.0 in the file's August 2026 version (commit a724079, the first on Python 3.13).
+Every package a notebook or kvlab imports is either declared by kvlab (``lib/pyproject.toml``) or
+pinned here: ``tests/test_declared_imports.py`` fails otherwise. Update ``PINS`` and ``LAB_PINS``
+when Colab moves (the file says what it is).
 
-Usage: python3 tools/colab_check.py [--no-labs] [--python PATH] [--labs-python PATH] [--venv DIR]
-       [--labs-venv DIR] [--recreate] [NOTEBOOK ...]
+Usage: python3 tools/colab_check.py [--fast] [--setup-only] [--no-labs] [--python PATH]
+       [--labs-python PATH] [--venv DIR] [--labs-venv DIR] [--recreate] [NOTEBOOK ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -93,6 +114,18 @@ PINS = {
     "pytz": "2025.2",
     "tzdata": "2025.3",
     "prometheus_client": "0.24.1",  # kvlab.measure.prom uses its parser when present
+    # kvlab.explorer and kvlab.explorer_p22 build the explorers' Vega-Lite specs with Altair
+    "altair": "5.5.0",
+    "narwhals": "2.17.0",
+    "jsonschema": "4.26.0",
+    "jsonschema-specifications": "2025.9.1",
+    "referencing": "0.37.0",
+    "rpds-py": "0.30.0",
+    "attrs": "25.4.0",
+    "Jinja2": "3.1.6",
+    "MarkupSafe": "3.0.3",
+    "packaging": "26.0",
+    "typing_extensions": "4.15.0",
 }
 # The labs environment: PINS, plus torch (not Colab's 2.10.0+cu128: the local CPU build, see the
 # docstring) and torch's dependencies at Colab's versions.
@@ -101,13 +134,21 @@ LAB_PINS = {
     "torch": "2.13.0",
     "filelock": "3.24.3",
     "fsspec": "2025.3.0",
-    "Jinja2": "3.1.6",
-    "MarkupSafe": "3.0.3",
     "mpmath": "1.3.0",
     "networkx": "3.6.1",
-    "typing_extensions": "4.15.0",
 }
 ABSENT = ("myst_nb", "nbval")  # Colab has neither; their absence is asserted in the environment.
+# `--fast`: the notebooks whose imports differ from the book's environment. The explorers import
+# Altair (through kvlab.explorer*); Lab 1's set-up decides between vLLM in-process, the engine
+# environment and the CPU path. Labs in this list run up to and including their set-up cell.
+FAST = (
+    "notebooks/p08-05-routing-demo.ipynb",
+    "notebooks/p22-05-explorer.ipynb",
+    "notebooks/labs/lab1-vllm-prefix-caching.ipynb",
+)
+# The variables a lab's set-up cell defines that say which path it chose (see judge_setup).
+SETUP_VARS = ("ENGINE_HERE", "ENGINE_OK", "HAS_GPU")
+ENGINE_VENV = ROOT / ".venv-engine"  # as kvlab.measure.engine.ENGINE_VENV
 
 
 def log(msg: str) -> None:
@@ -196,10 +237,36 @@ def check_torch_source(vpy: Path, specs: list[str]) -> None:
         )
 
 
+def kvlab_dependencies() -> list[str]:
+    """kvlab's declared dependencies (``[project] dependencies`` of lib/pyproject.toml)."""
+    text = (ROOT / "lib" / "pyproject.toml").read_text(encoding="utf-8")
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the whole file stands in for its dependencies
+        return [text]
+    return list(tomllib.loads(text)["project"]["dependencies"])
+
+
+def env_key(python_version: str, pins: dict[str, str]) -> str:
+    """What an environment is made from, hashed: its Python, its pins and kvlab's dependencies."""
+    blob = json.dumps([python_version, pins, kvlab_dependencies()], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def default_venv(prefix: str, python_version: str, pins: dict[str, str]) -> Path:
+    """``build/<prefix>-KEY``; other keys of the same prefix (older pins) are removed."""
+    venv = ROOT / "build" / f"{prefix}-{env_key(python_version, pins)}"
+    for old in (ROOT / "build").glob(f"{prefix}-*"):
+        if old != venv and re.fullmatch(re.escape(prefix) + "-[0-9a-f]{12}", old.name):
+            log(f"removing {old.relative_to(ROOT)} (made from other pins)")
+            shutil.rmtree(old)
+    return venv
+
+
 def ensure_venv(venv: Path, python: str, pins: dict[str, str], recreate: bool) -> Path:
     vpy = venv / "bin" / "python"
     stamp = venv / ".colab-stamp.json"
-    want = {"python": py_version(python), "pins": pins}
+    want = {"python": py_version(python), "pins": pins, "kvlab": kvlab_dependencies()}
     names = sorted(pins)
     shown = venv.relative_to(ROOT) if venv.is_relative_to(ROOT) else venv
     if not recreate and stamp.exists() and vpy.exists():
@@ -213,6 +280,7 @@ def ensure_venv(venv: Path, python: str, pins: dict[str, str], recreate: bool) -
     if venv.exists():
         shutil.rmtree(venv)
     log(f"creating {shown} with {python}")
+    venv.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([python, "-m", "venv", str(venv)], check=True)
     pip(vpy, "--upgrade", "pip")
     specs = [f"{k}=={v}" for k, v in pins.items()]
@@ -249,30 +317,104 @@ def colab_cell_check(vpy: Path) -> bool:
     return res.returncode == 0
 
 
-# Runs inside the venv: executes each notebook, prints one JSON line per notebook, with the
-# stdout of the labs' own set-up cell (the code cell that starts "# Lab set-up"), if any.
+# Runs inside the venv: argv[1] is a JSON list of jobs {"path", "colab", "setup_only"}. For each
+# notebook it finds the lab set-up cell (the first code cell that assigns one of SETUP_VARS),
+# inserts after it a cell that prints those variables as one JSON line, executes the notebook
+# (with "colab": an empty google.colab module in place of the Colab cell; with "setup_only": up to
+# the set-up cell), and prints one JSON line per notebook with the set-up cell's stdout and the
+# variables.
 RUNNER = r"""
-import json, sys, time, traceback
+import ast, json, sys, time, traceback
 import nbformat
 from nbclient import NotebookClient
-paths = sys.argv[1:]
-for p in paths:
+SETUP_VARS = SETUP_VARS_HERE
+MARK = "COLAB_CHECK_SETUP_VARS "
+FAKE_COLAB = ("# colab_check: an empty google.colab module, so the notebook takes its Colab branches\n"
+              "import sys, types\n"
+              "sys.modules['google.colab'] = types.ModuleType('google.colab')")
+PROBE_CELL = ("import json as _cc_json\n"
+              f"print({MARK!r} + _cc_json.dumps({{k: globals()[k] for k in {SETUP_VARS!r} "
+              "if k in globals() and isinstance(globals()[k], (bool, int, float, str, type(None)))}))")
+
+
+def assigns(source):
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in SETUP_VARS:
+            return True
+    return False
+
+
+for job in json.loads(sys.argv[1]):
+    p = job["path"]
     t0 = time.perf_counter()
     nb = nbformat.read(p, as_version=4)
     err = None
-    try:
-        NotebookClient(nb, timeout=600, kernel_name="python3",
-                       resources={"metadata": {"path": p.rsplit("/", 1)[0]}}).execute()
-    except Exception as e:  # CellExecutionError carries the traceback text
-        err = str(e)[-3000:] or traceback.format_exc()[-3000:]
-    setup = None
-    for cell in nb.cells:
-        if cell.cell_type == "code" and cell.source.startswith("# Lab set-up"):
-            setup = "".join(o.get("text", "") for o in cell.get("outputs", [])
-                            if o.get("output_type") == "stream")
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    setup_i = next((i for i in code[1:] if assigns(nb.cells[i].source)), None)
+    if job["colab"]:
+        first = nb.cells[code[0]]
+        if not first.source.startswith("# Colab set-up"):
+            err = "the first code cell is not the Colab set-up cell"
+        first.source = FAKE_COLAB
+    if setup_i is not None:
+        if job["setup_only"]:
+            nb.cells = nb.cells[: setup_i + 1]
+        nb.cells.insert(setup_i + 1, nbformat.v4.new_code_cell(PROBE_CELL))
+    if err is None:
+        try:
+            NotebookClient(nb, timeout=600, kernel_name="python3",
+                           resources={"metadata": {"path": p.rsplit("/", 1)[0]}}).execute()
+        except Exception as e:  # CellExecutionError carries the traceback text
+            err = str(e)[-3000:] or traceback.format_exc()[-3000:]
+    setup, setup_vars = None, None
+    if setup_i is not None:
+        setup = "".join(o.get("text", "") for o in nb.cells[setup_i].get("outputs", [])
+                        if o.get("output_type") == "stream")
+        for o in nb.cells[setup_i + 1].get("outputs", []):
+            for line in o.get("text", "").splitlines():
+                if line.startswith(MARK):
+                    setup_vars = json.loads(line[len(MARK):])
     print(json.dumps({"path": p, "seconds": time.perf_counter() - t0, "error": err,
-                      "setup": setup}), flush=True)
-"""
+                      "setup": setup, "setup_vars": setup_vars,
+                      "cells_run": len(nb.cells)}), flush=True)
+""".replace("SETUP_VARS_HERE", repr(SETUP_VARS))
+
+
+def judge_setup(setup_vars: dict | None, engine_venv: bool) -> tuple[str | None, str]:
+    """(error or None, the path the set-up chose) from the variables the set-up cell defined.
+
+    In the Colab-pinned labs environment vLLM never imports (``ENGINE_HERE`` false) and there is no
+    GPU (``HAS_GPU`` false). ``ENGINE_OK`` must be true exactly where ``.venv-engine`` exists (the
+    engine environment) and false where it does not (the CPU path, as on a Colab runtime).
+    """
+    v = setup_vars or {}
+    if "ENGINE_OK" in v or "ENGINE_HERE" in v:
+        if v.get("ENGINE_HERE"):
+            return (
+                "vLLM imports in the Colab-pinned environment (ENGINE_HERE is true)",
+                "in-process",
+            )
+        if engine_venv and v.get("ENGINE_OK"):
+            return None, "engine environment (.venv-engine exists)"
+        if not engine_venv and not v.get("ENGINE_OK"):
+            return None, "CPU path (no .venv-engine: no engine, as on a Colab runtime)"
+        chose = "the engine" if v.get("ENGINE_OK") else "no engine"
+        want = "the engine environment" if engine_venv else "the CPU path"
+        where = "exists" if engine_venv else "does not exist"
+        return f"the set-up chose {chose} ({v}) but .venv-engine {where}: want {want}", chose
+    if "HAS_GPU" in v:
+        if v["HAS_GPU"]:
+            return "the set-up found a GPU (HAS_GPU is true) with CUDA hidden", "GPU path"
+        return None, "CPU path (no GPU)"
+    return (
+        f"the set-up cell defines none of {', '.join(SETUP_VARS)}: which path it chose is unknown",
+        "unknown",
+    )
+
 
 PROBE = r"""
 import importlib.util, json, sys
@@ -287,6 +429,15 @@ if importlib.util.find_spec("torch"):
     out["cuda"] = torch.cuda.is_available()
 print(json.dumps(out))
 """.replace("ABSENT", repr(ABSENT))
+
+
+def data_files() -> dict[str, str]:
+    """sha256 of every file under data/ (the explorers' cached grids among them)."""
+    return {
+        str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((ROOT / "data").rglob("*"))
+        if p.is_file()
+    }
 
 
 def is_lab(path: Path) -> bool:
@@ -305,8 +456,19 @@ def notebooks(folders: tuple[str, ...] = ("notebooks", "solutions")) -> list[Pat
     return out
 
 
-def run_env(name: str, vpy: Path, venv: Path, paths: list[Path], env: dict[str, str]) -> dict:
-    """Probe the environment and run ``paths`` in it; return a summary dict (``ok`` and more)."""
+def run_env(
+    name: str,
+    vpy: Path,
+    venv: Path,
+    paths: list[Path],
+    env: dict[str, str],
+    colab: bool = False,
+    setup_only: bool = False,
+) -> dict:
+    """Probe the environment and run ``paths`` in it; return a summary dict (``ok`` and more).
+
+    ``colab``: the notebooks get an empty ``google.colab`` module in place of their Colab cell;
+    ``setup_only``: labs stop after their set-up cell."""
     env = dict(env, JUPYTER_DATA_DIR=str(venv / "share" / "jupyter-user"))
     probe = json.loads(
         subprocess.run(
@@ -322,9 +484,11 @@ def run_env(name: str, vpy: Path, venv: Path, paths: list[Path], env: dict[str, 
         log(f"[{name}] FAIL: {present} installed in the Colab environment (Colab has none)")
         return {"ok": False, "probe": probe, "results": [], "n": len(paths)}
     packages_before = installed_versions(vpy)
+    data_before = data_files()
     t0 = time.perf_counter()
+    jobs = [{"path": str(p), "colab": colab, "setup_only": setup_only and is_lab(p)} for p in paths]
     proc = subprocess.Popen(
-        [str(vpy), "-c", RUNNER, *map(str, paths)],
+        [str(vpy), "-c", RUNNER, json.dumps(jobs)],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -337,11 +501,18 @@ def run_env(name: str, vpy: Path, venv: Path, paths: list[Path], env: dict[str, 
         except ValueError:
             log(line.rstrip())
             continue
-        if r["setup"] is not None and not r["error"] and "CPU path" not in r["setup"]:
-            r["error"] = f"the lab set-up cell did not choose the CPU path: {r['setup']!r}"
+        chose = None
+        if r["setup"] is not None and is_lab(Path(r["path"])):
+            problem, chose = judge_setup(r["setup_vars"], ENGINE_VENV.exists())
+            if problem and not r["error"]:
+                r["error"] = f"lab set-up: {problem}; its output: {r['setup']!r}"
         results.append(r)
         rel = Path(r["path"]).relative_to(ROOT)
-        log(f"[{name}] {r['seconds']:6.1f} s  {'FAIL' if r['error'] else 'ok  '}  {rel}")
+        cut = " (up to its set-up cell)" if setup_only and is_lab(Path(r["path"])) else ""
+        log(f"[{name}] {r['seconds']:6.1f} s  {'FAIL' if r['error'] else 'ok  '}  {rel}{cut}")
+        if chose:
+            r["chose"] = chose
+            log(f"{'':{len(name) + 18}}set-up chose: {chose}; variables {r['setup_vars']}")
         if r["setup"]:
             log(f"{'':{len(name) + 18}}set-up cell: {r['setup'].strip()}")
     proc.wait()
@@ -353,6 +524,18 @@ def run_env(name: str, vpy: Path, venv: Path, paths: list[Path], env: dict[str, 
     if packages_after != packages_before:
         diff = sorted(set(packages_after.items()) ^ set(packages_before.items()))
         log(f"[{name}] FAIL: running the notebooks changed the installed packages: {diff}")
+        ok = False
+    # A cache whose key differs in this environment (another Python, other versions) is recomputed
+    # and written back: slow for a reader in Colab, and a change to committed files here.
+    data_after = data_files()
+    rewritten = sorted(
+        k for k in set(data_before) | set(data_after) if data_before.get(k) != data_after.get(k)
+    )
+    if rewritten:
+        log(
+            f"[{name}] FAIL: running the notebooks rewrote {rewritten} (a cache key that differs "
+            "in this environment; restore them with `git checkout -- data`)"
+        )
         ok = False
     failed = [r for r in results if r["error"]]
     for r in failed:
@@ -377,15 +560,32 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the labs (notebooks/labs/*, solutions/labs-*) on the CPU path, in a "
         "second environment with torch (default: on)",
     )
+    ap.add_argument(
+        "--fast",
+        action="store_true",
+        help="only the notebooks whose imports differ from the book's environment (FAST), labs "
+        "up to their set-up cell (make colab-check-fast)",
+    )
+    ap.add_argument(
+        "--setup-only", action="store_true", help="run labs only up to their set-up cell"
+    )
     ap.add_argument("--python", default=os.environ.get("COLAB_PYTHON"))
     ap.add_argument("--labs-python", default=os.environ.get("COLAB_LABS_PYTHON"))
-    ap.add_argument("--venv", default=str(ROOT / ".venv-colab"))
-    ap.add_argument("--labs-venv", default=str(ROOT / ".venv-colab-labs"))
+    ap.add_argument("--venv", help="the Colab environment (default: build/.venv-colab-KEY)")
+    ap.add_argument(
+        "--labs-venv", help="the labs environment (default: build/.venv-colab-labs-KEY)"
+    )
     ap.add_argument("--recreate", action="store_true", help="rebuild the environments")
     args = ap.parse_args(argv)
+    if args.fast and args.paths:
+        ap.error("--fast runs its own list of notebooks (FAST); give no notebooks with it")
+    setup_only = args.setup_only or args.fast
 
     t_start = time.perf_counter()
-    paths = [Path(p).resolve() for p in args.paths] or notebooks()
+    if args.fast:
+        paths = [ROOT / p for p in FAST]
+    else:
+        paths = [Path(p).resolve() for p in args.paths] or notebooks()
     # solutions/labs-* need no torch: they run in both environments.
     main_paths = [p for p in paths if not (is_lab(p) and p.parent.name == "labs")]
     lab_paths = [p for p in paths if is_lab(p)] if args.labs else []
@@ -396,16 +596,29 @@ def main(argv: list[str] | None = None) -> int:
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # silence the debugger's frozen-modules note
 
     ok, summaries, t_envs = True, [], 0.0
-    plan = [("colab", args.python, COLAB_PYTHONS, args.venv, PINS, main_paths)]
+    plan = [("colab", args.python, COLAB_PYTHONS, args.venv, ".venv-colab", PINS, main_paths)]
     if lab_paths:
-        plan.append(("labs", args.labs_python, LABS_PYTHONS, args.labs_venv, LAB_PINS, lab_paths))
-    for name, explicit, versions, venv_dir, pins, paths in plan:
+        plan.append(
+            (
+                "labs",
+                args.labs_python,
+                LABS_PYTHONS,
+                args.labs_venv,
+                ".venv-colab-labs",
+                LAB_PINS,
+                lab_paths,
+            )
+        )
+    for name, explicit, versions, venv_dir, prefix, pins, paths in plan:
         if not paths:
             continue
         t0 = time.perf_counter()
         python, note = find_python(explicit, versions)
         log(f"[{name}] python: {python} ({note})")
-        venv = Path(venv_dir).resolve()
+        if venv_dir:
+            venv = Path(venv_dir).resolve()
+        else:
+            venv = default_venv(prefix, py_version(python), pins)
         vpy = ensure_venv(venv, python, pins, args.recreate)
         t_env = time.perf_counter() - t0
         t_envs += t_env
@@ -413,8 +626,9 @@ def main(argv: list[str] | None = None) -> int:
             cell_ok = colab_cell_check(vpy)
             log(f"colab set-up cell (static check): {'ok' if cell_ok else 'FAILED'}")
             ok &= cell_ok
-        run_as = dict(env, CUDA_VISIBLE_DEVICES="") if name == "labs" else env
-        summary = run_env(name, vpy, venv, paths, run_as)
+        labs = name == "labs"
+        run_as = dict(env, CUDA_VISIBLE_DEVICES="") if labs else env
+        summary = run_env(name, vpy, venv, paths, run_as, colab=labs, setup_only=setup_only)
         summary.update(name=name, env_seconds=t_env)
         summaries.append(summary)
         ok &= summary["ok"]
@@ -427,8 +641,14 @@ def main(argv: list[str] | None = None) -> int:
             + (f", torch {s['probe']['torch']}" if "torch" in s["probe"] else "")
             + f"); environment {s['env_seconds']:.0f} s, notebooks {s.get('seconds', 0):.0f} s"
         )
+        for r in s["results"]:
+            if r.get("chose"):
+                rel = Path(r["path"]).relative_to(ROOT)
+                log(f"[{s['name']}] {rel}: set-up chose the {r['chose']}")
     if not args.labs:
         log("labs skipped (--no-labs)")
+    if args.fast:
+        log(f"fast subset ({len(FAST)} notebooks, labs up to their set-up cell): see FAST")
     log(f"total {time.perf_counter() - t_start:.0f} s: {'ok' if ok else 'FAILED'}")
     return 0 if ok else 1
 

@@ -22,6 +22,7 @@ import hashlib
 import inspect
 import json
 import os
+import sys
 import textwrap
 import time
 from collections.abc import Callable
@@ -151,12 +152,26 @@ class _DropNonSemantics(ast.NodeTransformer):
         return ast.Assign(targets=[node.target], value=node.value)
 
 
+def _dump(tree: ast.AST) -> str:
+    """``ast.dump`` in the same text on Python 3.11, 3.12 and 3.13: 3.12 added an empty
+    ``type_params`` field to functions and classes, 3.13 leaves empty fields out unless asked. A
+    cache made on one Python (the book's) is then found on another (Colab's), instead of the grid
+    being recomputed for minutes."""
+    for node in ast.walk(tree):
+        if "type_params" in node._fields and getattr(node, "type_params", None) == []:
+            delattr(node, "type_params")
+    if sys.version_info >= (3, 13):
+        return ast.dump(tree, include_attributes=False, show_empty=True)
+    return ast.dump(tree, include_attributes=False)
+
+
 def code_fingerprint(obj) -> str:
     """The source of a module, class or function as it executes: parsed, with docstrings, type
-    annotations, comments and layout removed, dumped as text. A change there (a docstring, a
-    type hint) leaves the fingerprint, and the grids cached under it, as they were."""
+    annotations, comments and layout removed, dumped as text (the same on Pythons 3.11 to 3.13).
+    A change there (a docstring, a type hint) leaves the fingerprint, and the grids cached under
+    it, as they were."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
-    return ast.dump(_DropNonSemantics().visit(tree), include_attributes=False)
+    return _dump(_DropNonSemantics().visit(tree))
 
 
 def cache_key() -> str:
