@@ -36,9 +36,12 @@ What it does, from a fresh clone (it needs only ``python3`` and access to PyPI):
 7. Prints a summary with versions and timings; exits 1 on any error.
 
 ``--fast`` (``make colab-check-fast``, part of ``make test``) runs only the notebooks whose imports
-differ from the book's environment (``FAST``): the two explorers, which need Altair, in the Colab
-environment, and Lab 1 up to and including its set-up cell in the labs environment. The
-environments are the same cached ones as the full check's.
+differ from the book's environment (``FAST``), in the same cached environments as the full check:
+the two explorers, which need Altair, in the Colab environment (p22-05 whole, p08-05 up to the cell
+that draws its explorer: the rest of that chapter is minutes of simulation that imports nothing
+the book's other pages do not), and Lab 1 up to and including its set-up cell in the labs
+environment. It also fails when a notebook rewrites a file under ``data/`` (an explorer grid whose
+cache key differs on Colab's Python would be recomputed for minutes).
 
 Why the labs environment uses Python 3.11, not Colab's 3.12: the labs need torch. Colab ships
 torch 2.10.0+cu128 preinstalled; a CPU build is what the CPU path needs, and the only CPU torch
@@ -141,11 +144,13 @@ ABSENT = ("myst_nb", "nbval")  # Colab has neither; their absence is asserted in
 # `--fast`: the notebooks whose imports differ from the book's environment. The explorers import
 # Altair (through kvlab.explorer*); Lab 1's set-up decides between vLLM in-process, the engine
 # environment and the CPU path. Labs in this list run up to and including their set-up cell.
-FAST = (
-    "notebooks/p08-05-routing-demo.ipynb",
-    "notebooks/p22-05-explorer.ipynb",
-    "notebooks/labs/lab1-vllm-prefix-caching.ipynb",
-)
+FAST = {
+    # up to the cell that draws the explorer (the rest of the chapter, minutes of simulation with
+    # the same imports as the book's pages, runs in the full check)
+    "notebooks/p08-05-routing-demo.ipynb": r"^from kvlab import .*\bexplorer\b",
+    "notebooks/p22-05-explorer.ipynb": None,  # the whole page: it is the explorer
+    "notebooks/labs/lab1-vllm-prefix-caching.ipynb": "setup",  # up to its set-up cell
+}
 # The variables a lab's set-up cell defines that say which path it chose (see judge_setup).
 SETUP_VARS = ("ENGINE_HERE", "ENGINE_OK", "HAS_GPU")
 ENGINE_VENV = ROOT / ".venv-engine"  # as kvlab.measure.engine.ENGINE_VENV
@@ -317,14 +322,14 @@ def colab_cell_check(vpy: Path) -> bool:
     return res.returncode == 0
 
 
-# Runs inside the venv: argv[1] is a JSON list of jobs {"path", "colab", "setup_only"}. For each
+# Runs inside the venv: argv[1] is a JSON list of jobs {"path", "colab", "until"}. For each
 # notebook it finds the lab set-up cell (the first code cell that assigns one of SETUP_VARS),
 # inserts after it a cell that prints those variables as one JSON line, executes the notebook
-# (with "colab": an empty google.colab module in place of the Colab cell; with "setup_only": up to
-# the set-up cell), and prints one JSON line per notebook with the set-up cell's stdout and the
-# variables.
+# (with "colab": an empty google.colab module in place of the Colab cell; with "until": "setup",
+# up to the set-up cell, with a regular expression, up to the first code cell it matches), and
+# prints one JSON line per notebook with the set-up cell's stdout and the variables.
 RUNNER = r"""
-import ast, json, sys, time, traceback
+import ast, json, re, sys, time, traceback
 import nbformat
 from nbclient import NotebookClient
 SETUP_VARS = SETUP_VARS_HERE
@@ -360,9 +365,16 @@ for job in json.loads(sys.argv[1]):
         if not first.source.startswith("# Colab set-up"):
             err = "the first code cell is not the Colab set-up cell"
         first.source = FAKE_COLAB
-    if setup_i is not None:
-        if job["setup_only"]:
-            nb.cells = nb.cells[: setup_i + 1]
+    until = job["until"]
+    if until == "setup":
+        last = setup_i
+    elif until:
+        last = next((i for i in code if re.search(until, nb.cells[i].source, re.M)), None)
+    if until and last is None:
+        err = err or f"no cell to stop at ({until!r}) in this notebook"
+    elif until:
+        nb.cells = nb.cells[: last + 1]
+    if setup_i is not None and setup_i < len(nb.cells):
         nb.cells.insert(setup_i + 1, nbformat.v4.new_code_cell(PROBE_CELL))
     if err is None:
         try:
@@ -371,7 +383,7 @@ for job in json.loads(sys.argv[1]):
         except Exception as e:  # CellExecutionError carries the traceback text
             err = str(e)[-3000:] or traceback.format_exc()[-3000:]
     setup, setup_vars = None, None
-    if setup_i is not None:
+    if setup_i is not None and setup_i + 1 < len(nb.cells):
         setup = "".join(o.get("text", "") for o in nb.cells[setup_i].get("outputs", [])
                         if o.get("output_type") == "stream")
         for o in nb.cells[setup_i + 1].get("outputs", []):
@@ -380,7 +392,7 @@ for job in json.loads(sys.argv[1]):
                     setup_vars = json.loads(line[len(MARK):])
     print(json.dumps({"path": p, "seconds": time.perf_counter() - t0, "error": err,
                       "setup": setup, "setup_vars": setup_vars,
-                      "cells_run": len(nb.cells)}), flush=True)
+                      "cells": len(nb.cells), "cut": bool(until)}), flush=True)
 """.replace("SETUP_VARS_HERE", repr(SETUP_VARS))
 
 
@@ -463,12 +475,13 @@ def run_env(
     paths: list[Path],
     env: dict[str, str],
     colab: bool = False,
-    setup_only: bool = False,
+    until: dict[Path, str | None] | None = None,
 ) -> dict:
     """Probe the environment and run ``paths`` in it; return a summary dict (``ok`` and more).
 
     ``colab``: the notebooks get an empty ``google.colab`` module in place of their Colab cell;
-    ``setup_only``: labs stop after their set-up cell."""
+    ``until``: where a notebook stops ("setup": after its set-up cell; a regular expression: after
+    the first code cell it matches; None: the whole notebook)."""
     env = dict(env, JUPYTER_DATA_DIR=str(venv / "share" / "jupyter-user"))
     probe = json.loads(
         subprocess.run(
@@ -486,7 +499,7 @@ def run_env(
     packages_before = installed_versions(vpy)
     data_before = data_files()
     t0 = time.perf_counter()
-    jobs = [{"path": str(p), "colab": colab, "setup_only": setup_only and is_lab(p)} for p in paths]
+    jobs = [{"path": str(p), "colab": colab, "until": (until or {}).get(p)} for p in paths]
     proc = subprocess.Popen(
         [str(vpy), "-c", RUNNER, json.dumps(jobs)],
         stdout=subprocess.PIPE,
@@ -508,7 +521,10 @@ def run_env(
                 r["error"] = f"lab set-up: {problem}; its output: {r['setup']!r}"
         results.append(r)
         rel = Path(r["path"]).relative_to(ROOT)
-        cut = " (up to its set-up cell)" if setup_only and is_lab(Path(r["path"])) else ""
+        stop = (until or {}).get(Path(r["path"]))
+        cut = ""
+        if stop:
+            cut = " (up to its set-up cell)" if stop == "setup" else f" (up to the cell /{stop}/)"
         log(f"[{name}] {r['seconds']:6.1f} s  {'FAIL' if r['error'] else 'ok  '}  {rel}{cut}")
         if chose:
             r["chose"] = chose
@@ -579,13 +595,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.fast and args.paths:
         ap.error("--fast runs its own list of notebooks (FAST); give no notebooks with it")
-    setup_only = args.setup_only or args.fast
 
     t_start = time.perf_counter()
     if args.fast:
         paths = [ROOT / p for p in FAST]
+        until = {ROOT / p: stop for p, stop in FAST.items()}
     else:
         paths = [Path(p).resolve() for p in args.paths] or notebooks()
+        until = {p: "setup" for p in paths if args.setup_only and is_lab(p)}
     # solutions/labs-* need no torch: they run in both environments.
     main_paths = [p for p in paths if not (is_lab(p) and p.parent.name == "labs")]
     lab_paths = [p for p in paths if is_lab(p)] if args.labs else []
@@ -628,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
             ok &= cell_ok
         labs = name == "labs"
         run_as = dict(env, CUDA_VISIBLE_DEVICES="") if labs else env
-        summary = run_env(name, vpy, venv, paths, run_as, colab=labs, setup_only=setup_only)
+        summary = run_env(name, vpy, venv, paths, run_as, colab=labs, until=until)
         summary.update(name=name, env_seconds=t_env)
         summaries.append(summary)
         ok &= summary["ok"]
@@ -648,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.labs:
         log("labs skipped (--no-labs)")
     if args.fast:
-        log(f"fast subset ({len(FAST)} notebooks, labs up to their set-up cell): see FAST")
+        log(f"fast subset: the {len(FAST)} notebooks of FAST, some up to a cell (see FAST)")
     log(f"total {time.perf_counter() - t_start:.0f} s: {'ok' if ok else 'FAILED'}")
     return 0 if ok else 1
 
