@@ -7,6 +7,8 @@
 - Fontawesome's 1.5 MB script is not loaded: it only turns the theme's icon tags into inline SVG,
   and the theme's stylesheet already draws the same icons from Fontawesome's web fonts (a few
   hundred kB, fetched only when an icon shows). The script's tag is removed from every page.
+- MathJax (1.2 MB) only on pages that have a formula of their own: Sphinx also loads it on every
+  page whose table of contents includes one (the home page includes them all).
 - A solution dropdown opens when its title is clicked (sphinx-exercise makes the title a link to
   the exercise, which jumped away instead): ``_ext/static/kvlab-site.js``.
 - One search box: the header's search button is hidden where the sidebar's search field shows.
@@ -23,7 +25,9 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 
 HERE = Path(__file__).resolve().parent
 STATUS_WORDS = {"✅": "ok", "❌": "failed"}
-FONTAWESOME_TAG = re.compile(r'\s*<script defer src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>')
+FONTAWESOME_TAG = re.compile(
+    r'\s*<script defer src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>'
+)
 CSS = "kvlab-site.css"
 JS = "kvlab-site.js"
 
@@ -52,6 +56,19 @@ def _builder_inited(app):
     app.add_js_file(JS, loading_method="defer")
 
 
+def _mathjax_only_where_used(app, pagename, templatename, context, doctree):
+    """Drop MathJax from a page without formulas of its own (runs after sphinx.ext.mathjax)."""
+    if app.env.get_domain("math").data["has_equations"].get(pagename, False):
+        return
+
+    def is_mathjax(js) -> bool:
+        name = str(getattr(js, "filename", js) or "")
+        body = str((getattr(js, "attributes", {}) or {}).get("body", ""))
+        return "mathjax" in name.lower() or body.startswith("window.MathJax")
+
+    context["script_files"] = [js for js in context.get("script_files", []) if not is_mathjax(js)]
+
+
 def drop_fontawesome(outdir: Path) -> int:
     """Remove the fontawesome script's tag from every page; return how many pages had one."""
     count = 0
@@ -75,5 +92,6 @@ def setup(app):
     app.add_post_transform(StatusInWords)
     app.connect("config-inited", _config_inited)
     app.connect("builder-inited", _builder_inited)
+    app.connect("html-page-context", _mathjax_only_where_used, priority=600)
     app.connect("build-finished", _finished)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

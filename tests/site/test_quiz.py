@@ -62,7 +62,20 @@ def test_page_grader_agrees_with_python_on_every_case(quiz_page):
 
 
 def test_page_grader_never_throws_on_odd_input(quiz_page):
-    odd = ["", "  ", "abc", "%%%", "1e999", "1/0", "--", "5 /", "~", "about", "1,23,4", "40 parsecs"]
+    odd = [
+        "",
+        "  ",
+        "abc",
+        "%%%",
+        "1e999",
+        "1/0",
+        "--",
+        "5 /",
+        "~",
+        "about",
+        "1,23,4",
+        "40 parsecs",
+    ]
     got = quiz_page.evaluate(
         """odd => odd.map(t => { try { return window.kvlabQuiz.checkAnswer(t, 40, '%', null).ok; }
                                catch (e) { return 'threw ' + e; } })""",
