@@ -45,9 +45,8 @@ class StatusInWords(SphinxPostTransform):
 
 
 def _config_inited(app, config):
-    opts = dict(config.html_theme_options or {})
-    opts.setdefault("default_mode", "auto")
-    config.html_theme_options = opts
+    # pydata-sphinx-theme reads the default mode from the page context, not the theme options
+    config.html_context = {"default_mode": "auto", **(config.html_context or {})}
     config.html_static_path = [*config.html_static_path, str(HERE / "static" / "site")]
 
 

@@ -603,13 +603,24 @@ const el = document.getElementById("{element_id}");
 const SPEC = {payload};
 const DARK = {inks};
 let view = null, drawn = "";
+const cache = new Map();
+function loader() {{
+  // one download of the chart's data however often the chart is drawn again
+  const base = window.vega.loader();
+  const load = base.load.bind(base);
+  base.load = (uri, opt) => {{
+    if (!cache.has(uri)) cache.set(uri, load(uri, opt));
+    return cache.get(uri);
+  }};
+  return base;
+}}
 function layout() {{
   const dark = document.documentElement.dataset.theme === "dark";
   const width = Math.floor(el.clientWidth || window.innerWidth);
   const charts = SPEC.hconcat || [SPEC];
-  const wide = charts.reduce((s, c) => s + (c.width || 0) + 90, 0);
+  const wide = charts.reduce((s, c) => s + (c.width || 0) + 70, 0);
   const stack = Boolean(SPEC.hconcat) && wide > width;
-  const room = Math.max(180, width - 90);
+  const room = Math.max(180, width - 80);
   const narrow = charts.some(c => (c.width || 0) > room);
   return {{dark, stack, room, key: [dark, stack, narrow ? room : 0].join("|")}};
 }}
@@ -619,17 +630,10 @@ function fitted(l, keep) {{
   const spec = JSON.parse(text);
   if (l.stack) {{ spec.vconcat = spec.hconcat; delete spec.hconcat; }}
   for (const c of spec.hconcat || spec.vconcat || [spec]) if ((c.width || 0) > l.room) c.width = l.room;
-  const walk = o => {{
-    if (Array.isArray(o)) {{ o.forEach(walk); return; }}
-    if (!o || typeof o !== "object") return;
-    if (o.bind && o.name in keep) o.value = keep[o.name];
-    Object.values(o).forEach(walk);
-  }};
-  walk(spec.params || []);
+  for (const p of spec.params || []) if (p.bind && p.name in keep) p.value = keep[p.name];
   return spec;
 }}
-function draw() {{
-  const l = layout();
+function draw(l) {{
   if (l.key === drawn) return;
   drawn = l.key;
   const keep = {{}};
@@ -639,7 +643,7 @@ function draw() {{
     }}
     view.finalize();
   }}
-  vegaEmbed(el, fitted(l, keep), {{actions: false, renderer: "svg"}}).then(result => {{
+  vegaEmbed(el, fitted(l, keep), {{actions: false, renderer: "svg", loader: loader()}}).then(result => {{
     view = result.view;
     window.kvlabExplorers = window.kvlabExplorers || {{}};
     window.kvlabExplorers["{element_id}"] = view;
@@ -647,10 +651,18 @@ function draw() {{
     el.dataset.theme = l.dark ? "dark" : "light";
   }});
 }}
-draw();
-new MutationObserver(draw).observe(document.documentElement, {{attributes: true, attributeFilter: ["data-theme"]}});
+let first = layout();
+draw(first);
+// again only when the theme changes, or when the column's width crosses a layout
+new MutationObserver(() => {{
+  const l = layout();
+  if (l.dark !== first.dark) {{ first = l; draw(l); }}
+}}).observe(document.documentElement, {{attributes: true, attributeFilter: ["data-theme"]}});
 let timer = null;
-window.addEventListener("resize", () => {{ clearTimeout(timer); timer = setTimeout(draw, 200); }});
+window.addEventListener("resize", () => {{
+  clearTimeout(timer);
+  timer = setTimeout(() => {{ first = layout(); draw(first); }}, 200);
+}});
 </script>
 """
 

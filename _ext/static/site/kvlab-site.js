@@ -2,10 +2,13 @@
 (function () {
   "use strict";
   // A dropdown's title opens it. sphinx-exercise writes a solution's title as a link to its
-  // exercise, and following that link jumped away instead of opening the answer; the title's
-  // own click handler (sphinx-togglebutton) still runs, so the click opens the dropdown.
+  // exercise: following it jumped away, and sphinx-togglebutton's handler, given the link as the
+  // click's target, found no dropdown to open. A click on the link becomes a click on the title.
   document.addEventListener("click", function (ev) {
     var link = ev.target.closest && ev.target.closest(".dropdown > .admonition-title a");
-    if (link) { ev.preventDefault(); }
+    if (!link) { return; }
+    ev.preventDefault();
+    ev.stopPropagation();
+    link.closest(".admonition-title").click();
   }, true);
 })();
