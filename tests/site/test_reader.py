@@ -52,7 +52,6 @@ MACHINE_PATH = re.compile(r"(?<![\w.])(/work/|/root/|/home/|/tmp/|\.venv(?:-engi
 # Lab pages whose paths are being removed on other branches.
 PATHS_ELSEWHERE = {
     "notebooks/labs/lab1-vllm-prefix-caching.html": "gpu",
-    "notebooks/labs/lab2-kv-transfer.html": "gpu",
     "notebooks/labs/lab3-disaggregated-prefill.html": "p22",
 }
 
