@@ -535,7 +535,7 @@ def routing_explorer_spec(data_url: str) -> dict:
         chosen.transform_filter("datum.rank == 1")
         .transform_calculate(msg="'imbalance (max / mean) ' + datum.il + ' (' + datum.seeds + ')'")
         .mark_text(align="right", baseline="top", fontSize=12, fontWeight="bold", color="#111111")
-        .encode(text="msg:N", x=alt.value(330), y=alt.value(4))
+        .encode(text="msg:N", x=alt.value("width"), y=alt.value(4))
     )
     right = (pre_bars + headroom + mean_rule + imb_text).properties(
         width=330,
@@ -561,13 +561,23 @@ def select_param(name: str, value, options, label: str, fmt: Callable[[Any], str
     )
 
 
+# The charts' inks in the light theme and what replaces them in the site's dark theme.
+DARK_INKS = {
+    "white": "transparent",
+    "#111111": "#f2f2f2",
+    "#222222": "#e0e0e0",
+    "#e5e5e5": "#3b4048",
+}
+
+
 def house_style(chart):
     """The explorers' common look: white background, no frame, dark grey text, light grid."""
     return (
         chart.configure(background="white", font="sans-serif")
         .configure_view(stroke=None)
         .configure_axis(labelColor="#222222", titleColor="#222222", gridColor="#e5e5e5")
-        .configure_title(color="#222222", fontSize=13)
+        .configure_title(color="#222222", subtitleColor="#222222", fontSize=13)
+        .configure_legend(labelColor="#222222", titleColor="#222222")
     )
 
 
@@ -581,23 +591,92 @@ def embed_html(
     """A Vega-Lite chart as an HTML fragment for a book page: a labelled container (``fallback``
     shows until the chart draws), the site's one Vega bundle as a module script (a page loads it
     once however many charts it has) and the embedding call. ``window.kvlabExplorers[id]`` holds
-    the Vega view once drawn, and the container gets ``data-ready="1"``."""
+    the Vega view once drawn, and the container gets ``data-ready="1"``.
+
+    The page's script fits the chart to the reader's screen and theme before drawing it: charts
+    side by side that do not fit the column are stacked and every chart is narrowed to the column
+    (a phone at 390 px), and in the site's dark theme the inks (``DARK_INKS``) are swapped for
+    light ones on a transparent background. It draws again, keeping the controls' values, when
+    the theme changes or the column's width crosses a layout."""
     payload = json.dumps(spec, separators=(",", ":"))
+    inks = json.dumps(DARK_INKS, separators=(",", ":"))
     return f"""<div class="kvlab-explorer" id="{element_id}" role="group" aria-label="{aria_label}">
   <p class="kvlab-explorer-fallback">{fallback}</p>
 </div>
 <style>
+#{element_id} {{ max-width: 100%; overflow-x: auto; }}
 #{element_id} .vega-bind {{ margin: 0.2em 0; }}
+#{element_id} .vega-bind label {{ display: flex; flex-wrap: wrap; align-items: center; gap: 0.3em; }}
 #{element_id} .vega-bind-name {{ display: inline-block; min-width: 15em; }}
-#{element_id} select, #{element_id} input {{ font-size: 0.95em; }}
+#{element_id} select, #{element_id} input {{ font-size: 0.95em; max-width: 100%; }}
+html[data-theme="dark"] #{element_id} select {{ color: inherit; background: transparent; }}
+@media (max-width: 640px) {{ #{element_id} .vega-bind-name {{ min-width: 0; flex-basis: 100%; }} }}
 </style>
 <script type="module" src="{bundle_url}"></script>
 <script type="module">
 const el = document.getElementById("{element_id}");
-vegaEmbed(el, {payload}, {{actions: false, renderer: "svg"}}).then(result => {{
-  window.kvlabExplorers = window.kvlabExplorers || {{}};
-  window.kvlabExplorers["{element_id}"] = result.view;
-  el.dataset.ready = "1";
+const SPEC = {payload};
+const DARK = {inks};
+let view = null, drawn = "";
+const cache = new Map();
+function loader() {{
+  // one download of the chart's data however often the chart is drawn again
+  const base = window.vega.loader();
+  const load = base.load.bind(base);
+  base.load = (uri, opt) => {{
+    if (!cache.has(uri)) cache.set(uri, load(uri, opt));
+    return cache.get(uri);
+  }};
+  return base;
+}}
+function layout() {{
+  const dark = document.documentElement.dataset.theme === "dark";
+  const width = Math.floor(el.clientWidth || window.innerWidth);
+  const charts = SPEC.hconcat || [SPEC];
+  const wide = charts.reduce((s, c) => s + (c.width || 0) + 70, 0);
+  const stack = Boolean(SPEC.hconcat) && wide > width;
+  const room = Math.max(180, width - 80);
+  const narrow = charts.some(c => (c.width || 0) > room);
+  return {{dark, stack, room, key: [dark, stack, narrow ? room : 0].join("|")}};
+}}
+function fitted(l, keep) {{
+  let text = JSON.stringify(SPEC);
+  if (l.dark) for (const [a, b] of Object.entries(DARK)) text = text.split(JSON.stringify(a)).join(JSON.stringify(b));
+  const spec = JSON.parse(text);
+  if (l.stack) {{ spec.vconcat = spec.hconcat; delete spec.hconcat; }}
+  for (const c of spec.hconcat || spec.vconcat || [spec]) if ((c.width || 0) > l.room) c.width = l.room;
+  for (const p of spec.params || []) if (p.bind && p.name in keep) p.value = keep[p.name];
+  return spec;
+}}
+function draw(l) {{
+  if (l.key === drawn) return;
+  drawn = l.key;
+  const keep = {{}};
+  if (view) {{
+    for (const p of SPEC.params || []) {{
+      if (p.bind) try {{ keep[p.name] = view.signal(p.name); }} catch (e) {{ /* not drawn */ }}
+    }}
+    view.finalize();
+  }}
+  vegaEmbed(el, fitted(l, keep), {{actions: false, renderer: "svg", loader: loader()}}).then(result => {{
+    view = result.view;
+    window.kvlabExplorers = window.kvlabExplorers || {{}};
+    window.kvlabExplorers["{element_id}"] = view;
+    el.dataset.ready = "1";
+    el.dataset.theme = l.dark ? "dark" : "light";
+  }});
+}}
+let first = layout();
+draw(first);
+// again only when the theme changes, or when the column's width crosses a layout
+new MutationObserver(() => {{
+  const l = layout();
+  if (l.dark !== first.dark) {{ first = l; draw(l); }}
+}}).observe(document.documentElement, {{attributes: true, attributeFilter: ["data-theme"]}});
+let timer = null;
+window.addEventListener("resize", () => {{
+  clearTimeout(timer);
+  timer = setTimeout(() => {{ first = layout(); draw(first); }}, 200);
 }});
 </script>
 """

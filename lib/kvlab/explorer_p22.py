@@ -272,7 +272,7 @@ def p22_explorer_spec(data_url: str) -> dict:
         base.transform_filter("datum.mid == 1")
         .transform_calculate(msg="datum.bl")
         .mark_text(align="right", baseline="top", fontSize=12, fontWeight="bold", color="#111111")
-        .encode(text="msg:N", x=alt.value(560), y=alt.value(2))
+        .encode(text="msg:N", x=alt.value("width"), y=alt.value(2))
     )
     target = (
         alt.Chart(alt.Data(values=[{"t": 0.9}]))
@@ -282,7 +282,10 @@ def p22_explorer_spec(data_url: str) -> dict:
     chart = (bars + labels + best + target).properties(
         width=560,
         height=260,
-        title=f"SLO attainment at the chosen rate, {BUDGET} replicas (dashed: 90 % target)",
+        title=alt.Title(
+            "SLO attainment at the chosen rate",
+            subtitle=f"{BUDGET} replicas; dashed line: the 90 % target",
+        ),
     )
     return house_style(chart.add_params(*params)).to_dict()
 

