@@ -732,6 +732,7 @@ def simulate(
     fail_replica_at_s: float | None = None,
     fail_replica: int = 0,
     fleet_age_s: float | None = None,
+    router_replicas: int = 1,
     warmup: int = 0,
     warmup_s: float | None = None,
     paths=None,
@@ -762,7 +763,10 @@ def simulate(
     replicas already there carry the cumulative prefill of a fleet that has served the same
     traffic for ``fleet_age_s`` seconds (their counts so far scaled by ``fleet_age_s`` over the
     time since the first arrival), since a run lasts minutes and a fleet days; only the
-    cumulative signal (``load="cumulative"``) reads it. ``warmup``: statistics skip the first
+    cumulative signal (``load="cumulative"``) reads it. ``router_replicas``: each request reaches
+    one of that many router replicas (uniformly, seeded), each with its own stale record of what
+    *it* routed (the records diverge; live loads and, for ``view="exact"``, the caches are seen
+    by all alike). ``warmup``: statistics skip the first
     requests in arrival order (they still run); ``warmup_s``: instead, skip those that arrive
     before this time (s), the same window for every policy. A closed loop's statistics stop at
     the last session's start (the load drains away after it). ``paths``: a precomputed ``w.paths(block_size)``.
@@ -859,8 +863,16 @@ def simulate(
     signals = routing.SIGNALS[policy]
     uses_cache = "matched_tokens" in signals
     stale = view == "stale"
-    known: list[OrderedDict] = [OrderedDict() for _ in range(R)]
-    known_used = [0] * R
+    # one record per router replica (each knows only what it routed), each per replica
+    n_routers = check_int("router_replicas", router_replicas, lo=1, hi=1024)
+    known_sets = [[OrderedDict() for _ in range(R)] for _ in range(n_routers)]
+    used_sets = [[0] * R for _ in range(n_routers)]
+    known, known_used = known_sets[0], used_sets[0]
+    router_of = (
+        np.random.default_rng([seed, 7_177]).integers(0, n_routers, n).tolist()
+        if n_routers > 1
+        else None
+    )
     # the replicas the router can choose, in its index order (real indices into reps)
     live = list(range(R))
     lreps = list(reps)
@@ -911,8 +923,9 @@ def simulate(
             ends.append(_INF)
             live.append(len(reps))
             reps.append(_Replica(sim, len(reps), t))
-            known.append(OrderedDict())
-            known_used.append(0)
+            for kset, uset in zip(known_sets, used_sets, strict=True):
+                kset.append(OrderedDict())
+                uset.append(0)
             new = _grow(router, policy, sticky, R + 1, make_router)
             if policy == "sticky":
                 moved = sum(router.choose(k) != new.choose(k) for k in seen_keys)
@@ -935,6 +948,9 @@ def simulate(
         key = keys[i]
         ks, ns, mh = ks_l[i], ns_l[i], mh_l[i]
         if uses_cache:
+            if router_of is not None:  # the router replica that receives this request
+                known, known_used = known_sets[router_of[i]], used_sets[router_of[i]]
+                lknown = [known[j] for j in live]
             src = lknown if stale else [rp.cache for rp in lreps]
             m = [_match(od, ks, ns, mh) * sim.bs for od in src]
             if policy == "cache_aware":
@@ -1040,6 +1056,7 @@ def simulate(
             vnodes=vnodes,
             record_tokens=record_tokens,
             fleet_age_s=age,
+            router_replicas=n_routers,
             warmup_s=warmup_s,
             cost=cost,
             router=router,
