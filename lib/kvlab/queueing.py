@@ -865,8 +865,10 @@ def simulate(
     stale = view == "stale"
     # one record per router replica (each knows only what it routed), each per replica
     n_routers = check_int("router_replicas", router_replicas, lo=1, hi=1024)
-    known_sets = [[OrderedDict() for _ in range(R)] for _ in range(n_routers)]
-    used_sets = [[0] * R for _ in range(n_routers)]
+    known_sets: list[list[OrderedDict]] = [
+        [OrderedDict() for _ in range(R)] for _ in range(n_routers)
+    ]
+    used_sets: list[list[int]] = [[0] * R for _ in range(n_routers)]
     known, known_used = known_sets[0], used_sets[0]
     router_of = (
         np.random.default_rng([seed, 7_177]).integers(0, n_routers, n).tolist()
@@ -935,9 +937,9 @@ def simulate(
             lknown = [known[j] for j in live]
         if t >= fail_at:
             fail_at = _INF
-            pos = live.index(fail_idx)
-            live.pop(pos)
-            router, R = _shrink(router, policy, sticky, pos, R - 1, make_router), R - 1
+            gone = live.index(fail_idx)
+            live.pop(gone)
+            router, R = _shrink(router, policy, sticky, gone, R - 1, make_router), R - 1
             lreps = [reps[j] for j in live]
             lknown = [known[j] for j in live]
             for rid in reps[fail_idx].fail(t):
@@ -1210,9 +1212,9 @@ OPS_METRICS = ("hit_rate", "ttft_p95_s", "new_share")
 def _window_metrics(r: QueueResult, lo: float, hi: float, new_replica: int) -> dict:
     sel = (r.arrival_s >= lo) & (r.arrival_s < hi)
     n = int(sel.sum())
-    if n < 50:
+    if n < 10:  # an overloaded closed loop sends few turns: users wait for their answers
         raise ValueError(
-            f"the window [{lo:g}, {hi:g}) s holds {n} requests (at least 50 needed): give more "
+            f"the window [{lo:g}, {hi:g}) s holds {n} requests (at least 10 needed): give more "
             "requests, or move join_s and fail_s earlier"
         )
     return {

@@ -107,7 +107,9 @@ def test_join_then_failure_ring_keeps_most_keys():
 def test_fail_replica_validation():
     w = queueing.ChatSessions(requests=200, seed=0)
     with pytest.raises(ValueError, match="fail_replica"):
-        queueing.simulate(w, "random", replicas=4, rate_rps=5.0, fail_replica_at_s=1.0, fail_replica=4)
+        queueing.simulate(
+            w, "random", replicas=4, rate_rps=5.0, fail_replica_at_s=1.0, fail_replica=4
+        )
     with pytest.raises(ValueError, match="fail_replica_at_s"):
         queueing.simulate(w, "random", replicas=1, rate_rps=5.0, fail_replica_at_s=1.0)
 
@@ -150,3 +152,17 @@ def test_card_no_longer_recommends_the_cumulative_guard():
     card = (Path(__file__).resolve().parents[2] / "book" / "p08-card.md").read_text()
     assert "Working set unknown or changing" not in card
     assert "keeps almost all of sticky's hit rate with near-perfect balance." not in card
+
+
+def test_router_replicas_with_their_own_records_lose_hits_and_events_restore_them():
+    w = queueing.ChatSessions(requests=2_500, seed=4)
+    kw = dict(replicas=8, rate_rps=20.0, seed=4, warmup_s=70.0)
+    one = queueing.simulate(w, "sglang", **kw)
+    four = queueing.simulate(w, "sglang", router_replicas=4, **kw)
+    events = queueing.simulate(w, "sglang", router_replicas=4, view="exact", **kw)
+    assert four.hit_rate < one.hit_rate - 0.05
+    assert events.hit_rate > four.hit_rate + 0.05
+    same = queueing.simulate(w, "sglang", router_replicas=1, **kw)
+    assert np.array_equal(same.replica, one.replica)
+    with pytest.raises(ValueError, match="router_replicas"):
+        queueing.simulate(w, "sglang", router_replicas=0, **kw)
