@@ -40,7 +40,8 @@ each one needs (see :data:`SIGNALS`):
   replica (the first tenant of the deepest matched node, an arbitrary but fixed order per node),
   else to the healthy replica with the fewest live requests, ties to the lowest index (Rust's
   ``min_by_key`` keeps the first minimum). That low-match branch picked the smallest tree until
-  sglang PR 14650 (merged 2025-12-08, sgl-model-gateway 0.3.0 on). Its tree is its own record of
+  sglang PR 14650 (merged 2025-12-08, sgl-model-gateway 0.3.0 on); PR 33138 (2026) later breaks
+  that tie at random, not modelled here. Its tree is its own record of
   what it routed where, pruned LRU (the caller's ``view="stale"`` record).
 - ``dynamo``: NVIDIA Dynamo's KV router: the lowest cost
   ``overlap_weight x prefill_blocks + active_blocks``, where prefill_blocks = (the replica's
