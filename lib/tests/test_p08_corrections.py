@@ -166,3 +166,20 @@ def test_router_replicas_with_their_own_records_lose_hits_and_events_restore_the
     assert np.array_equal(same.replica, one.replica)
     with pytest.raises(ValueError, match="router_replicas"):
         queueing.simulate(w, "sglang", router_replicas=0, **kw)
+
+
+def test_pages_state_dynamo_ttl_and_sglang_lpm_fallback_as_their_code_does():
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    card = (root / "book" / "p08-card.md").read_text()
+    assert "the same stale view as SGLang's" not in card
+    assert "dynamo_router_config" in card and "sglang_schedule_policy" in card
+    nb = json.loads((root / "notebooks" / "p08-02-block-hashes-and-radix-tree.ipynb").read_text())
+    text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert "falls back to arrival order" not in text and "sglang_schedule_policy" in text
+    bib = (root / "book" / "references.bib").read_text()
+    assert "sglang_pr14650" in bib
+    for page in [card, text]:
+        assert "sglang_pr14532" not in page  # closed without merging: cite what was merged
