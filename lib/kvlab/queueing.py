@@ -50,7 +50,11 @@ request's arrival:
 
 A replica can join at ``add_replica_at_s`` (empty cache): modulo-sticky remaps ``key mod (N+1)``,
 a ring (``sticky="ring"``) adds the new replica's points; the share of keys seen so far that move
-is reported as ``keys_moved``.
+is reported as ``keys_moved``. A replica (``fail_replica``) can fail at ``fail_replica_at_s``: its
+cache is lost, the routers stop choosing it at once (a health check that has already noticed;
+SGLang's and the book's records forget it, a ring drops its points, modulo remaps over the
+survivors), and every request in it (queued, prefilling or decoding) is sent again at that moment
+from the start; such a request keeps its first arrival time, so its TTFT includes the lost work.
 
 How it is fast: events are taken in time order (the next arrival or the next end of a replica's
 run of steps), and a run of decode-only steps between two events is taken in one jump, cut short
@@ -77,6 +81,8 @@ from .workload import ChatWorkload, Paths
 
 __all__ = [
     "METRICS",
+    "OPS_METRICS",
+    "OPS_PHASES",
     "ROUTERS",
     "ROUTER_LABELS",
     "ChatSessions",
@@ -85,6 +91,7 @@ __all__ = [
     "QueueResult",
     "bench",
     "mg1_wait_s",
+    "operations",
     "simulate",
     "simulate_all",
     "sweep_rate",
@@ -278,6 +285,10 @@ class QueueResult(RequestTimes):
     mean_in_system: float  # time average of requests in the system, first arrival to last finish
     end_s: float
     added_at_s: float | None = None
+    failed_at_s: float | None = None
+    retried: int = 0  # requests in the failed replica, sent again
+    #: per request: was it in the failed replica, sent again (None: no failure)
+    resent: np.ndarray | None = None
     keys_moved: float | None = None  # share of keys seen before the addition whose owner changed
     params: dict = field(default_factory=dict)
     #: closed loop: each request's previous turn (index in these arrays), -1 for none
@@ -471,6 +482,26 @@ class _Replica:
         now = self.end
         self._finish_segment(now)
         self._start(now)
+
+    def fail(self, t: float) -> list[int]:
+        """The replica dies at ``t``: return the requests in it (to be sent again), empty it."""
+        lost = list(self.q) + [rid for _, rid in self.running]
+        lost += [rid for rid, _ in self.waiting] + [r for r in self.seg_done if r not in self.q]
+        lost = list(dict.fromkeys(lost))
+        if self.end != _INF and self.end > t:  # the rest of the run of steps never happens
+            self.busy_s -= self.end - t
+        self._count(t, -self.n_sys)
+        self.q.clear()
+        self.running.clear()
+        self.waiting.clear()
+        self.seg_done = []
+        self.inflight.clear()
+        self.cache.clear()
+        self.used = self.active = self.out_tokens = self.left = 0
+        self.started = False
+        self.seg_steps = 0
+        self._set_end(_INF)
+        return lost
 
     # -- steps -------------------------------------------------------------------------------------
     def _start(self, now: float) -> None:
@@ -698,6 +729,10 @@ def simulate(
     sticky: str = "modulo",
     vnodes: int = 100,
     add_replica_at_s: float | None = None,
+    fail_replica_at_s: float | None = None,
+    fail_replica: int = 0,
+    fleet_age_s: float | None = None,
+    router_replicas: int = 1,
     warmup: int = 0,
     warmup_s: float | None = None,
     paths=None,
@@ -722,7 +757,16 @@ def simulate(
     ``cache_threshold``, ``balance_abs``, ``balance_rel`` "sglang"; ``overlap_weight`` "dynamo".
     ``view`` ("stale"/"exact"/None: the policy's own) and ``record_tokens`` (the stale record's
     size per replica, None: unlimited) set what the cache-using policies see.
-    ``add_replica_at_s``: one more replica joins then. ``warmup``: statistics skip the first
+    ``add_replica_at_s``: one more replica joins then; ``fail_replica_at_s``: replica
+    ``fail_replica`` (an index among the first ``replicas``) fails then and its requests are sent
+    again (module docstring). ``fleet_age_s`` (with ``add_replica_at_s``): at the join, the
+    replicas already there carry the cumulative prefill of a fleet that has served the same
+    traffic for ``fleet_age_s`` seconds (their counts so far scaled by ``fleet_age_s`` over the
+    time since the first arrival), since a run lasts minutes and a fleet days; only the
+    cumulative signal (``load="cumulative"``) reads it. ``router_replicas``: each request reaches
+    one of that many router replicas (uniformly, seeded), each with its own stale record of what
+    *it* routed (the records diverge; live loads and, for ``view="exact"``, the caches are seen
+    by all alike). ``warmup``: statistics skip the first
     requests in arrival order (they still run); ``warmup_s``: instead, skip those that arrive
     before this time (s), the same window for every policy. A closed loop's statistics stop at
     the last session's start (the load drains away after it). ``paths``: a precomputed ``w.paths(block_size)``.
@@ -769,6 +813,13 @@ def simulate(
     add_at = (
         _INF if add_replica_at_s is None else non_negative("add_replica_at_s", add_replica_at_s)
     )
+    fail_at = (
+        _INF if fail_replica_at_s is None else non_negative("fail_replica_at_s", fail_replica_at_s)
+    )
+    fail_idx = check_int("fail_replica", fail_replica, lo=0, hi=R - 1)
+    age = None if fleet_age_s is None else positive("fleet_age_s", fleet_age_s)
+    if fail_replica_at_s is not None and R < 2 and add_replica_at_s is None:
+        raise ValueError("fail_replica_at_s needs at least 2 replicas (or one joining)")
     if paths is None:
         paths = w.paths(bs)
     elif paths.block_size != bs:
@@ -812,8 +863,25 @@ def simulate(
     signals = routing.SIGNALS[policy]
     uses_cache = "matched_tokens" in signals
     stale = view == "stale"
-    known: list[OrderedDict] = [OrderedDict() for _ in range(R)]
-    known_used = [0] * R
+    # one record per router replica (each knows only what it routed), each per replica
+    n_routers = check_int("router_replicas", router_replicas, lo=1, hi=1024)
+    known_sets: list[list[OrderedDict]] = [
+        [OrderedDict() for _ in range(R)] for _ in range(n_routers)
+    ]
+    used_sets: list[list[int]] = [[0] * R for _ in range(n_routers)]
+    known, known_used = known_sets[0], used_sets[0]
+    router_of = (
+        np.random.default_rng([seed, 7_177]).integers(0, n_routers, n).tolist()
+        if n_routers > 1
+        else None
+    )
+    # the replicas the router can choose, in its index order (real indices into reps)
+    live = list(range(R))
+    lreps = list(reps)
+    lknown = list(known)
+    retried: set = set()
+    n_retried = 0
+    resent = np.zeros(n, dtype=bool)
     outstanding = load == "outstanding"
     keys = np.asarray(w.key).tolist()
     choice = [0] * n
@@ -843,49 +911,79 @@ def simulate(
         else:
             i = heapq.heappop(pending)[1]
         t = ta
-        arrival[i] = t
-        order.append(i)
+        if i in retried:  # sent again after a failure: keeps its first arrival
+            retried.discard(i)
+        else:
+            arrival[i] = t
+            order.append(i)
         if t >= add_at:
             add_at = _INF
+            if age is not None and t > t0:
+                scale = max(age / (t - t0), 1.0)
+                for rp_old in reps:
+                    rp_old.assigned = int(rp_old.assigned * scale)
             ends.append(_INF)
-            reps.append(_Replica(sim, R, t))
-            known.append(OrderedDict())
-            known_used.append(0)
+            live.append(len(reps))
+            reps.append(_Replica(sim, len(reps), t))
+            for kset, uset in zip(known_sets, used_sets, strict=True):
+                kset.append(OrderedDict())
+                uset.append(0)
             new = _grow(router, policy, sticky, R + 1, make_router)
             if policy == "sticky":
                 moved = sum(router.choose(k) != new.choose(k) for k in seen_keys)
                 keys_moved = moved / max(len(seen_keys), 1)
             router, R = new, R + 1
+            lreps = [reps[j] for j in live]
+            lknown = [known[j] for j in live]
+        if t >= fail_at:
+            fail_at = _INF
+            gone = live.index(fail_idx)
+            live.pop(gone)
+            router, R = _shrink(router, policy, sticky, gone, R - 1, make_router), R - 1
+            lreps = [reps[j] for j in live]
+            lknown = [known[j] for j in live]
+            for rid in reps[fail_idx].fail(t):
+                retried.add(rid)
+                resent[rid] = True
+                n_retried += 1
+                heapq.heappush(pending, (t, rid))
         key = keys[i]
         ks, ns, mh = ks_l[i], ns_l[i], mh_l[i]
         if uses_cache:
-            src = known if stale else [rp.cache for rp in reps]
+            if router_of is not None:  # the router replica that receives this request
+                known, known_used = known_sets[router_of[i]], used_sets[router_of[i]]
+                lknown = [known[j] for j in live]
+            src = lknown if stale else [rp.cache for rp in lreps]
             m = [_match(od, ks, ns, mh) * sim.bs for od in src]
             if policy == "cache_aware":
                 loads = (
-                    [rp.out_tokens for rp in reps] if outstanding else [rp.assigned for rp in reps]
+                    [rp.out_tokens for rp in lreps]
+                    if outstanding
+                    else [rp.assigned for rp in lreps]
                 )
-                r = router.choose(key, m, loads)
+                r = live[router.choose(key, m, loads)]
             elif policy == "sglang":
                 best = max(range(R), key=m.__getitem__)
-                tree = known_used if stale else [rp.used for rp in reps]
-                r = router.choose(
-                    key,
-                    m,
-                    [rp.n_sys for rp in reps],
-                    prompt_l[i],
-                    [u * sim.bs for u in tree],
-                    _deepest(src[best], ks, ns),
-                )
+                tree = [known_used[j] for j in live] if stale else [rp.used for rp in lreps]
+                r = live[
+                    router.choose(
+                        key,
+                        m,
+                        [rp.n_sys for rp in lreps],
+                        prompt_l[i],
+                        [u * sim.bs for u in tree],
+                        _deepest(src[best], ks, ns),
+                    )
+                ]
             else:  # dynamo
-                act = [(rp.active + _new_blocks(rp.inflight, ks, ns)) * sim.bs for rp in reps]
-                r = router.choose(key, m, [rp.out_tokens for rp in reps], prompt_l[i], act)
+                act = [(rp.active + _new_blocks(rp.inflight, ks, ns)) * sim.bs for rp in lreps]
+                r = live[router.choose(key, m, [rp.out_tokens for rp in lreps], prompt_l[i], act)]
             if stale:
                 known_used[r] = _touch(known[r], ks, ns, known_used[r], rec_cap)
         elif policy == "bounded_ring":
-            r = router.choose(key, None, [rp.n_sys for rp in reps])
+            r = live[router.choose(key, None, [rp.n_sys for rp in lreps])]
         else:
-            r = router.choose(key)
+            r = live[router.choose(key)]
         rp = reps[r]
         if policy == "sticky":
             seen_keys[key] = None
@@ -921,7 +1019,7 @@ def simulate(
     )
     return QueueResult(
         policy=policy,
-        replicas=R,
+        replicas=len(reps),
         warmup=warmup,
         arrival_s=arr,
         start_s=np.asarray(sim.start)[perm],
@@ -937,6 +1035,9 @@ def simulate(
         mean_in_system=area / (end - t0) if end > t0 else 0.0,
         end_s=end,
         added_at_s=None if add_replica_at_s is None else float(add_replica_at_s),
+        failed_at_s=None if fail_replica_at_s is None else float(fail_replica_at_s),
+        retried=n_retried,
+        resent=None if fail_replica_at_s is None else resent[perm],
         keys_moved=keys_moved,
         params=dict(
             rate_rps=rate_rps,
@@ -956,6 +1057,8 @@ def simulate(
             sticky=sticky,
             vnodes=vnodes,
             record_tokens=record_tokens,
+            fleet_age_s=age,
+            router_replicas=n_routers,
             warmup_s=warmup_s,
             cost=cost,
             router=router,
@@ -973,6 +1076,27 @@ def _grow(router, policy, sticky, R, make_router):
 
         new = copy.deepcopy(router)
         new.ring.add_replica()
+        new.replicas = R
+        return new
+    new = make_router(R)
+    if policy == "round_robin":
+        new._next = router._next % R
+    return new
+
+
+def _shrink(router, policy, sticky, pos, R, make_router):
+    """The router after the replica at position ``pos`` of its index order fails (``R`` remain):
+    a ring loses that replica's points (the others keep theirs), the others are rebuilt by
+    ``make_router(R)`` (modulo-sticky then maps key mod R over the survivors)."""
+    if (policy == "sticky" and sticky == "ring") or policy == "bounded_ring":
+        import copy
+
+        new = copy.deepcopy(router)
+        ring = new.ring
+        kept = [(h, o) for h, o in zip(ring._points, ring._owners, strict=True) if o != pos]
+        ring._points = [h for h, _ in kept]
+        ring._owners = [o - (o > pos) for _, o in kept]
+        ring.replicas -= 1
         new.replicas = R
         return new
     new = make_router(R)
@@ -1076,6 +1200,104 @@ def compare(
                 rows[name][m].append(v)
     return {
         name: {m: summarise(vals, sds) for m, vals in per.items()} for name, per in rows.items()
+    }
+
+
+#: the windows :func:`operations` reports, in time order
+OPS_PHASES = ("before", "join", "failure", "after")
+#: the figures :func:`operations` reports per window
+OPS_METRICS = ("hit_rate", "ttft_p95_s", "new_share")
+
+
+def _window_metrics(r: QueueResult, lo: float, hi: float, new_replica: int) -> dict:
+    sel = (r.arrival_s >= lo) & (r.arrival_s < hi)
+    n = int(sel.sum())
+    if n < 10:  # an overloaded closed loop sends few turns: users wait for their answers
+        raise ValueError(
+            f"the window [{lo:g}, {hi:g}) s holds {n} requests (at least 10 needed): give more "
+            "requests, or move join_s and fail_s earlier"
+        )
+    return {
+        "hit_rate": float(r.hit_tokens[sel].sum() / r.prompt_tokens[sel].sum()),
+        "ttft_p95_s": float(np.percentile(r.ttft_s[sel], 95)),
+        "new_share": float(np.mean(r.replica[sel] == new_replica)),
+    }
+
+
+def operations(
+    variants: dict | None = None,
+    *,
+    rate_rps: float = 20.0,
+    requests: int = 3_600,
+    replicas: int = 8,
+    join_s: float = 100.0,
+    fail_s: float = 135.0,
+    window_s: float = 15.0,
+    fail_replica: int = 0,
+    fleet_age_s: float = 3_600.0,
+    seeds=None,
+    progress: bool = False,
+    workload: dict | None = None,
+    **kwargs,
+) -> dict:
+    """Operations in time: one replica joins at ``join_s`` (empty cache) and replica
+    ``fail_replica`` fails at ``fail_s`` (its requests are sent again) in a fleet that has been up
+    ``fleet_age_s`` at the join (see :func:`simulate`), for each variant
+    ({name: simulate() keywords}, default :data:`ROUTERS`) on closed-loop chats over ``seeds``.
+
+    Windows by arrival time, each ``window_s`` long: "before" ends at the join, "join" starts at
+    it, "failure" starts at the failure, "after" follows the failure window. Per window: the token
+    hit rate, TTFT p95 (a request sent again keeps its first arrival) and "new_share", the share of
+    the window's requests routed to the replica that joined. Windows hold the requests that
+    *arrive* in them: the requests caught in the failed replica (sent again, their TTFT counted
+    from their first arrival, decoding lost included) arrived earlier and are left out. Returns
+    {name: {phase: {metric: Spread}}} over :data:`OPS_PHASES` and :data:`OPS_METRICS`."""
+    from .seeds import DEFAULT_SEEDS, summarise
+
+    variants = ROUTERS if variants is None else variants
+    R = check_int("replicas", replicas, lo=2, hi=4096)
+    window_s = positive("window_s", window_s)
+    join_s = check_number("join_s", join_s, lo=window_s)
+    fail_s = check_number("fail_s", fail_s, lo=join_s + window_s)
+    check_int("fail_replica", fail_replica, lo=0, hi=R - 1)
+    windows = {
+        "before": (join_s - window_s, join_s),
+        "join": (join_s, join_s + window_s),
+        "failure": (fail_s, fail_s + window_s),
+        "after": (fail_s + window_s, fail_s + 2 * window_s),
+    }
+    sds = list(DEFAULT_SEEDS if seeds is None else seeds)
+    it = sds
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(sds, desc="seeds", leave=False)
+    rows: dict = {
+        name: {ph: {m: [] for m in OPS_METRICS} for ph in OPS_PHASES} for name in variants
+    }
+    for seed in it:
+        w = ChatSessions(requests=requests, seed=seed, **(workload or {}))
+        paths = w.paths(kwargs.get("block_size", 16))
+        for name, kw in variants.items():
+            r = simulate(
+                w,
+                replicas=R,
+                rate_rps=rate_rps,
+                seed=seed,
+                paths=paths,
+                add_replica_at_s=join_s,
+                fail_replica_at_s=fail_s,
+                fail_replica=fail_replica,
+                fleet_age_s=fleet_age_s,
+                **kwargs,
+                **kw,
+            )
+            for ph, (lo, hi) in windows.items():
+                for m, v in _window_metrics(r, lo, hi, R).items():
+                    rows[name][ph][m].append(v)
+    return {
+        name: {ph: {m: summarise(v, sds) for m, v in per.items()} for ph, per in d.items()}
+        for name, d in rows.items()
     }
 
 

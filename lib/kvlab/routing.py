@@ -38,8 +38,11 @@ each one needs (see :data:`SIGNALS`):
   = 1.5 x min) it sends the request to the least-loaded replica; otherwise, if the longest match in
   its approximate tree covers more than ``cache_threshold`` = 0.3 of the prompt it sends it to that
   replica (the first tenant of the deepest matched node, an arbitrary but fixed order per node),
-  else to the replica with the smallest tree. Its tree is its own record of what it routed where,
-  pruned LRU (the caller's ``view="stale"`` record).
+  else to the healthy replica with the fewest live requests, ties to the lowest index (Rust's
+  ``min_by_key`` keeps the first minimum). That low-match branch picked the smallest tree until
+  sglang PR 14650 (merged 2025-12-08, sgl-model-gateway 0.3.0 on); PR 33138 (2026) later breaks
+  that tie at random, not modelled here. Its tree is its own record of
+  what it routed where, pruned LRU (the caller's ``view="stale"`` record).
 - ``dynamo``: NVIDIA Dynamo's KV router: the lowest cost
   ``overlap_weight x prefill_blocks + active_blocks``, where prefill_blocks = (the replica's
   outstanding prefill tokens + this prompt's uncached tokens there) / block_size and active_blocks
@@ -321,8 +324,9 @@ class BoundedRingRouter(Router):
 
 class SGLangRouter(Router):
     """SGLang's cache-aware rule (see the module docstring). ``loads``: live request counts;
-    ``tree_tokens``: the size of each replica's part of the router's tree; ``node``: the deepest
-    matched entry (its key fixes the order in which tied replicas are tried)."""
+    ``node``: the deepest matched entry (its key fixes the order in which tied replicas are
+    tried). ``tree_tokens`` (each replica's part of the router's tree) is accepted and ignored:
+    the low-match branch reads the live load since sgl-model-gateway 0.3.0."""
 
     policy = "sglang"
 
@@ -340,8 +344,8 @@ class SGLangRouter(Router):
         self.balance_rel = check_number("balance_rel", balance_rel, lo=1)
         self.seed = check_int("seed", seed, lo=0)
         self._order: dict = {}
-        #: how often each branch was taken: imbalanced, cache match, smallest tree
-        self.branches = {"imbalanced": 0, "match": 0, "smallest_tree": 0}
+        #: how often each branch was taken: imbalanced, cache match, low match (least loaded)
+        self.branches = {"imbalanced": 0, "match": 0, "low_match": 0}
 
     def _rank(self, node) -> list[int]:
         rank = self._order.get(node)
@@ -368,9 +372,10 @@ class SGLangRouter(Router):
                 return tied[0]
             rank = self._rank(node)
             return min(tied, key=rank.__getitem__)
-        self.branches["smallest_tree"] += 1
-        tree = np.zeros(self.replicas) if tree_tokens is None else tree_tokens
-        return int(np.argmin(_check_shape("tree_tokens", tree, self.replicas)))
+        self.branches["low_match"] += 1
+        if tree_tokens is not None:
+            _check_shape("tree_tokens", tree_tokens, self.replicas)
+        return int(np.argmin(ld))  # the first replica with the fewest live requests
 
 
 class DynamoRouter(Router):

@@ -18,9 +18,10 @@ def test_sglang_branches():
     assert r.choose(0, m, [100, 100, 100, 30], 4_000, [0, 0, 0, 0]) == 3
     assert r.choose(0, m, [100, 100, 100, 40], 4_000, [0, 0, 0, 0]) == 1  # 100 - 40 = 60
     assert r.choose(0, m, [200, 200, 200, 140], 4_000, [0, 0, 0, 0]) == 1  # 200 < 1.5 x 140
-    # a match of at most 30 % of the prompt: the smallest tree
-    assert r.choose(0, m, [5, 5, 5, 5], 10_000, [9, 8, 7, 3]) == 3
-    assert r.branches == {"imbalanced": 1, "match": 3, "smallest_tree": 1}
+    # a match of at most 30 % of the prompt: the fewest live requests (smg >= 0.3.0), not the
+    # smallest tree (replica 3 here)
+    assert r.choose(0, m, [5, 5, 2, 5], 10_000, [9, 8, 7, 3]) == 2
+    assert r.branches == {"imbalanced": 1, "match": 3, "low_match": 1}
 
 
 def test_sglang_ties_go_to_one_fixed_replica_per_node():
