@@ -60,6 +60,16 @@ def test_judge_setup(variables, engine_venv, error, chose) -> None:
         assert problem is not None and error in problem
 
 
+def test_forcing_no_engine_expects_the_cpu_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    cc = colab_check()
+    monkeypatch.setenv(cc.FORCE_NO_ENGINE, "1")
+    assert cc.engine_expected() == (False, "KVLAB_FORCE_NO_ENGINE is set")
+    problem, path = cc.judge_setup({"NO_ENGINE": "forced"}, *cc.engine_expected())
+    assert problem is None and "KVLAB_FORCE_NO_ENGINE is set" in path
+    monkeypatch.setenv(cc.FORCE_NO_ENGINE, "0")
+    assert cc.engine_expected()[0] == cc.ENGINE_VENV.exists()
+
+
 def test_fast_subset_names_existing_notebooks() -> None:
     fast = colab_check().FAST
     assert {"notebooks/p08-05-routing-demo.ipynb", "notebooks/p22-05-explorer.ipynb"} <= set(fast)

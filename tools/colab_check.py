@@ -155,6 +155,16 @@ FAST = {
 # The variables a lab's set-up cell defines that say which path it chose (see judge_setup).
 SETUP_VARS = ("ENGINE_HERE", "ENGINE_OK", "NO_ENGINE", "HAS_GPU")
 ENGINE_VENV = ROOT / ".venv-engine"  # as kvlab.measure.engine.ENGINE_VENV
+FORCE_NO_ENGINE = "KVLAB_FORCE_NO_ENGINE"  # set (not 0): no engine even where .venv-engine exists
+
+
+def engine_expected() -> tuple[bool, str]:
+    """(whether a lab's set-up should choose an engine here, why)."""
+    if os.environ.get(FORCE_NO_ENGINE, "") not in ("", "0"):
+        return False, f"{FORCE_NO_ENGINE} is set"
+    if ENGINE_VENV.exists():
+        return True, ".venv-engine exists"
+    return False, "no .venv-engine"
 
 
 def log(msg: str) -> None:
@@ -397,15 +407,19 @@ for job in json.loads(sys.argv[1]):
 """.replace("SETUP_VARS_HERE", repr(SETUP_VARS))
 
 
-def judge_setup(setup_vars: dict | None, engine_venv: bool) -> tuple[str | None, str]:
+def judge_setup(
+    setup_vars: dict | None, engine_venv: bool, why: str | None = None
+) -> tuple[str | None, str]:
     """(error or None, the path the set-up chose) from the variables the set-up cell defined.
 
     In the Colab-pinned labs environment vLLM never imports (``ENGINE_HERE`` false) and there is no
     GPU (``HAS_GPU`` false). Whether the set-up chose an engine is ``ENGINE_OK`` (true: an engine
     runs) or, where the cell defines ``NO_ENGINE`` instead, ``NO_ENGINE is None`` (otherwise it is
-    the reason there is none). An engine must be chosen exactly where ``.venv-engine`` exists (the
-    engine environment) and not where it does not (the CPU path, as on a Colab runtime).
+    the reason there is none). An engine must be chosen exactly where ``engine_venv`` (where
+    ``.venv-engine`` exists: the engine environment) and not elsewhere (the CPU path, as on a Colab
+    runtime); ``why`` says why an engine is or is not expected (see :func:`engine_expected`).
     """
+    why = why or (".venv-engine exists" if engine_venv else "no .venv-engine")
     v = setup_vars or {}
     if v.get("ENGINE_HERE"):
         return "vLLM imports in the Colab-pinned environment (ENGINE_HERE is true)", "in-process"
@@ -424,13 +438,12 @@ def judge_setup(setup_vars: dict | None, engine_venv: bool) -> tuple[str | None,
             "unknown",
         )
     if engine and engine_venv:
-        return None, "engine environment (.venv-engine exists)"
+        return None, f"engine environment ({why})"
     if not engine and not engine_venv:
-        return None, "CPU path (no .venv-engine: no engine, as on a Colab runtime)"
+        return None, f"CPU path ({why}: no engine, as on a Colab runtime)"
     chose = "the engine" if engine else "no engine"
     want = "the engine environment" if engine_venv else "the CPU path"
-    where = "exists" if engine_venv else "does not exist"
-    return f"the set-up chose {chose} ({v}) but .venv-engine {where}: want {want}", chose
+    return f"the set-up chose {chose} ({v}) but {why}: want {want}", chose
 
 
 PROBE = r"""
@@ -521,7 +534,7 @@ def run_env(
             continue
         chose = None
         if r["setup"] is not None and is_lab(Path(r["path"])):
-            problem, chose = judge_setup(r["setup_vars"], ENGINE_VENV.exists())
+            problem, chose = judge_setup(r["setup_vars"], *engine_expected())
             if problem and not r["error"]:
                 r["error"] = f"lab set-up: {problem}; its output: {r['setup']!r}"
         results.append(r)
