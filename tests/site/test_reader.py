@@ -187,7 +187,7 @@ def test_explorer_redraws_when_the_theme_changes(site, server, browser):
         _goto(page, server.base + rel, rel)
         page.evaluate(
             "() => { const v = window.kvlabExplorers['kvlab-routing-explorer'];"
-            " v.signal('replicas', 4); return v.runAsync(); }"
+            " v.signal('replicas', 4); return v.runAsync().then(() => true); }"
         )
         page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
         page.wait_for_function(
