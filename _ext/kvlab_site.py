@@ -9,6 +9,8 @@
   hundred kB, fetched only when an icon shows). The script's tag is removed from every page.
 - MathJax (1.2 MB) only on pages that have a formula of their own: Sphinx also loads it on every
   page whose table of contents includes one (the home page includes them all).
+- Sphinx's search index (about 180 kB with its scripts) only on the search page: the theme loads it
+  everywhere for search-as-you-type, which is off.
 - A solution dropdown opens when its title is clicked (sphinx-exercise makes the title a link to
   the exercise, which jumped away instead): ``_ext/static/kvlab-site.js``.
 - One search box: the header's search button is hidden where the sidebar's search field shows.
@@ -27,6 +29,11 @@ HERE = Path(__file__).resolve().parent
 STATUS_WORDS = {"✅": "ok", "❌": "failed"}
 FONTAWESOME_TAG = re.compile(
     r'\s*<script defer src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>'
+)
+# Sphinx's search scripts and the whole search index (about 180 kB), which pydata-sphinx-theme
+# puts on every page for search-as-you-type; that option is off here, so only search.html uses them.
+SEARCH_TAGS = re.compile(
+    r'\s*<script src="[^"]*(?:_static/searchtools\.js|_static/language_data\.js|searchindex\.js)"></script>'
 )
 CSS = "kvlab-site.css"
 JS = "kvlab-site.js"
@@ -68,12 +75,16 @@ def _mathjax_only_where_used(app, pagename, templatename, context, doctree):
     context["script_files"] = [js for js in context.get("script_files", []) if not is_mathjax(js)]
 
 
-def drop_fontawesome(outdir: Path) -> int:
-    """Remove the fontawesome script's tag from every page; return how many pages had one."""
+def drop_fontawesome(outdir: Path, search_as_you_type: bool = False) -> int:
+    """Remove the fontawesome script's tag from every page, and the search scripts from every page
+    but search.html (unless search-as-you-type is on); return how many pages changed."""
     count = 0
     for page in outdir.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
         new, n = FONTAWESOME_TAG.subn("", text)
+        if page.name != "search.html" and not search_as_you_type:
+            new, m = SEARCH_TAGS.subn("", new)
+            n += m
         if n:
             page.write_text(new, encoding="utf-8")
             count += 1
@@ -84,7 +95,8 @@ def drop_fontawesome(outdir: Path) -> int:
 
 def _finished(app, exc):
     if exc is None and app.builder.format == "html":
-        drop_fontawesome(Path(app.outdir))
+        opts = app.config.html_theme_options or {}
+        drop_fontawesome(Path(app.outdir), bool(opts.get("search_as_you_type", False)))
 
 
 def setup(app):

@@ -29,7 +29,8 @@ What it does, from a fresh clone (it needs only ``python3`` and access to PyPI):
    the environment's full package list is compared before and after the run.
 6. Which path a lab's set-up chose is read from the variables it defines, not from its wording
    (see ``judge_setup``): ``ENGINE_HERE`` (vLLM imports in the notebook's Python) and
-   ``ENGINE_OK`` (an engine will run, in-process or in ``.venv-engine``), or ``HAS_GPU``. Where
+   ``ENGINE_OK`` (an engine will run, in-process or in ``.venv-engine``) or ``NO_ENGINE`` (None
+   when an engine runs, else why not), or ``HAS_GPU``. Where
    ``.venv-engine`` exists the lab must choose the engine environment; where it does not, the CPU
    path (no engine: what a Colab runtime without GPU does). Neither may find vLLM in-process or a
    GPU here. The summary says which path each lab took.
@@ -152,8 +153,18 @@ FAST = {
     "notebooks/labs/lab1-vllm-prefix-caching.ipynb": "setup",  # up to its set-up cell
 }
 # The variables a lab's set-up cell defines that say which path it chose (see judge_setup).
-SETUP_VARS = ("ENGINE_HERE", "ENGINE_OK", "HAS_GPU")
+SETUP_VARS = ("ENGINE_HERE", "ENGINE_OK", "NO_ENGINE", "HAS_GPU")
 ENGINE_VENV = ROOT / ".venv-engine"  # as kvlab.measure.engine.ENGINE_VENV
+FORCE_NO_ENGINE = "KVLAB_FORCE_NO_ENGINE"  # set (not 0): no engine even where .venv-engine exists
+
+
+def engine_expected() -> tuple[bool, str]:
+    """(whether a lab's set-up should choose an engine here, why)."""
+    if os.environ.get(FORCE_NO_ENGINE, "") not in ("", "0"):
+        return False, f"{FORCE_NO_ENGINE} is set"
+    if ENGINE_VENV.exists():
+        return True, ".venv-engine exists"
+    return False, "no .venv-engine"
 
 
 def log(msg: str) -> None:
@@ -396,36 +407,43 @@ for job in json.loads(sys.argv[1]):
 """.replace("SETUP_VARS_HERE", repr(SETUP_VARS))
 
 
-def judge_setup(setup_vars: dict | None, engine_venv: bool) -> tuple[str | None, str]:
+def judge_setup(
+    setup_vars: dict | None, engine_venv: bool, why: str | None = None
+) -> tuple[str | None, str]:
     """(error or None, the path the set-up chose) from the variables the set-up cell defined.
 
     In the Colab-pinned labs environment vLLM never imports (``ENGINE_HERE`` false) and there is no
-    GPU (``HAS_GPU`` false). ``ENGINE_OK`` must be true exactly where ``.venv-engine`` exists (the
-    engine environment) and false where it does not (the CPU path, as on a Colab runtime).
+    GPU (``HAS_GPU`` false). Whether the set-up chose an engine is ``ENGINE_OK`` (true: an engine
+    runs) or, where the cell defines ``NO_ENGINE`` instead, ``NO_ENGINE is None`` (otherwise it is
+    the reason there is none). An engine must be chosen exactly where ``engine_venv`` (where
+    ``.venv-engine`` exists: the engine environment) and not elsewhere (the CPU path, as on a Colab
+    runtime); ``why`` says why an engine is or is not expected (see :func:`engine_expected`).
     """
+    why = why or (".venv-engine exists" if engine_venv else "no .venv-engine")
     v = setup_vars or {}
-    if "ENGINE_OK" in v or "ENGINE_HERE" in v:
-        if v.get("ENGINE_HERE"):
-            return (
-                "vLLM imports in the Colab-pinned environment (ENGINE_HERE is true)",
-                "in-process",
-            )
-        if engine_venv and v.get("ENGINE_OK"):
-            return None, "engine environment (.venv-engine exists)"
-        if not engine_venv and not v.get("ENGINE_OK"):
-            return None, "CPU path (no .venv-engine: no engine, as on a Colab runtime)"
-        chose = "the engine" if v.get("ENGINE_OK") else "no engine"
-        want = "the engine environment" if engine_venv else "the CPU path"
-        where = "exists" if engine_venv else "does not exist"
-        return f"the set-up chose {chose} ({v}) but .venv-engine {where}: want {want}", chose
-    if "HAS_GPU" in v:
+    if v.get("ENGINE_HERE"):
+        return "vLLM imports in the Colab-pinned environment (ENGINE_HERE is true)", "in-process"
+    if "ENGINE_OK" in v:
+        engine = bool(v["ENGINE_OK"])
+    elif "NO_ENGINE" in v:
+        engine = v["NO_ENGINE"] is None
+    elif "HAS_GPU" in v:
         if v["HAS_GPU"]:
             return "the set-up found a GPU (HAS_GPU is true) with CUDA hidden", "GPU path"
         return None, "CPU path (no GPU)"
-    return (
-        f"the set-up cell defines none of {', '.join(SETUP_VARS)}: which path it chose is unknown",
-        "unknown",
-    )
+    else:
+        return (
+            f"the set-up cell defines none of {', '.join(SETUP_VARS)}: which path it chose is "
+            "unknown",
+            "unknown",
+        )
+    if engine and engine_venv:
+        return None, f"engine environment ({why})"
+    if not engine and not engine_venv:
+        return None, f"CPU path ({why}: no engine, as on a Colab runtime)"
+    chose = "the engine" if engine else "no engine"
+    want = "the engine environment" if engine_venv else "the CPU path"
+    return f"the set-up chose {chose} ({v}) but {why}: want {want}", chose
 
 
 PROBE = r"""
@@ -516,7 +534,7 @@ def run_env(
             continue
         chose = None
         if r["setup"] is not None and is_lab(Path(r["path"])):
-            problem, chose = judge_setup(r["setup_vars"], ENGINE_VENV.exists())
+            problem, chose = judge_setup(r["setup_vars"], *engine_expected())
             if problem and not r["error"]:
                 r["error"] = f"lab set-up: {problem}; its output: {r['setup']!r}"
         results.append(r)

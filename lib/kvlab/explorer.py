@@ -618,17 +618,6 @@ const el = document.getElementById("{element_id}");
 const SPEC = {payload};
 const DARK = {inks};
 let view = null, drawn = "";
-const cache = new Map();
-function loader() {{
-  // one download of the chart's data however often the chart is drawn again
-  const base = window.vega.loader();
-  const load = base.load.bind(base);
-  base.load = (uri, opt) => {{
-    if (!cache.has(uri)) cache.set(uri, load(uri, opt));
-    return cache.get(uri);
-  }};
-  return base;
-}}
 function layout() {{
   const dark = document.documentElement.dataset.theme === "dark";
   const width = Math.floor(el.clientWidth || window.innerWidth);
@@ -658,7 +647,7 @@ function draw(l) {{
     }}
     view.finalize();
   }}
-  vegaEmbed(el, fitted(l, keep), {{actions: false, renderer: "svg", loader: loader()}}).then(result => {{
+  vegaEmbed(el, fitted(l, keep), {{actions: false, renderer: "svg"}}).then(result => {{
     view = result.view;
     window.kvlabExplorers = window.kvlabExplorers || {{}};
     window.kvlabExplorers["{element_id}"] = view;

@@ -4,7 +4,8 @@ Each control is moved (by Playwright and from the keyboard) and the values the c
 checked against the grid that kvlab.explorer computed with kvlab.fleet (the table the page loads;
 ``lib/tests/test_explorer.py`` checks that grid against the simulator itself). At the defaults the
 shown figures must equal the ones glued into the text. Also: every control has a label, the page
-weighs under 5 MB, and screenshots in the light and the dark theme go to ``_build/screenshots/``
+weighs under 5 MB, and screenshots in the light and the dark theme (drawn in that theme's inks) go
+to ``_build/screenshots/``
 (with the measured redraw times in ``explorer-timing.json``).
 """
 
@@ -260,7 +261,13 @@ def test_explorer_screenshots(explorer_page, site, theme):
                         localStorage.setItem('theme', theme); localStorage.setItem('mode', theme); }""",
         theme,
     )
-    page.wait_for_timeout(200)
+    # the explorer draws itself again in the theme's inks (lib/kvlab/explorer.py, embed_html)
+    page.wait_for_function(
+        "([id, theme]) => document.getElementById(id).dataset.theme === theme",
+        arg=[ROOT_ID, theme],
+        timeout=20_000,
+    )
+    page.wait_for_timeout(300)
     out = site.parent / "screenshots"
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"routing-explorer-{theme}.png"
@@ -268,11 +275,11 @@ def test_explorer_screenshots(explorer_page, site, theme):
     box.scroll_into_view_if_needed()
     box.screenshot(path=str(path))
     assert path.stat().st_size > 5_000
-    # the chart keeps a white background with dark text in either theme
+    # white with dark text in the light theme; the page's own dark background in the dark theme
     bg = page.evaluate(
         "(id) => getComputedStyle(document.querySelector(`#${id} svg`)).backgroundColor", ROOT_ID
     )
-    assert bg == "rgb(255, 255, 255)", bg
+    assert bg == ("rgb(255, 255, 255)" if theme == "light" else "rgba(0, 0, 0, 0)"), bg
 
 
 # --- the Problem 22 explorer ---------------------------------------------------------------------

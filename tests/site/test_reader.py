@@ -101,8 +101,15 @@ INKS_JS = """(id) => {
   const t = root.querySelector('svg .role-axis-title text, svg text');
   const rgb = getComputedStyle(t).fill.match(/\\d+/g).map(Number);
   const bg = root.querySelector('svg > rect.background, svg .background');
+  // the first ancestor with a background colour: what the chart is drawn on
+  let under = 'none';
+  for (let p = root; p; p = p.parentElement) {
+    const c = getComputedStyle(p).backgroundColor;
+    if (c && c !== 'rgba(0, 0, 0, 0)' && c !== 'transparent') { under = c; break; }
+  }
+  const lum = under === 'none' ? 255 : under.match(/\d+/g).slice(0, 3).map(Number).reduce((a, b) => a + b) / 3;
   return {ink: (rgb[0] + rgb[1] + rgb[2]) / 3, theme: root.dataset.theme,
-          background: bg ? getComputedStyle(bg).fill : 'none'};
+          background: bg ? getComputedStyle(bg).fill : 'none', under: lum};
 }"""
 
 
@@ -177,6 +184,7 @@ def test_explorers_follow_the_dark_theme(site, server, browser, rel):
     assert results[False]["theme"] == "light" and results[True]["theme"] == "dark", results
     assert results[False]["ink"] < 100, f"light theme: text should be dark, {results[False]}"
     assert results[True]["ink"] > 160, f"dark theme: text should be light, {results[True]}"
+    assert results[True]["under"] < 80, f"dark theme: drawn on a light panel, {results[True]}"
     assert "255, 255, 255" not in results[True]["background"], results[True]
 
 
@@ -187,7 +195,7 @@ def test_explorer_redraws_when_the_theme_changes(site, server, browser):
         _goto(page, server.base + rel, rel)
         page.evaluate(
             "() => { const v = window.kvlabExplorers['kvlab-routing-explorer'];"
-            " v.signal('replicas', 4); return v.runAsync(); }"
+            " v.signal('replicas', 4); return v.runAsync().then(() => true); }"
         )
         page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
         page.wait_for_function(
