@@ -71,11 +71,11 @@ class _LoggingReplica(pdsim.Replica):
 def _logging_replicas(log: list) -> Iterator[None]:
     cls = type("_Logging", (_LoggingReplica,), {"log": log})
     saved = pdsim.Replica
-    pdsim.Replica = cls  # type: ignore[misc]
+    pdsim.Replica = cls  # type: ignore[misc,assignment]
     try:
         yield
     finally:
-        pdsim.Replica = saved  # type: ignore[misc]
+        pdsim.Replica = saved  # type: ignore[misc,assignment]
 
 
 def decode_steps(
