@@ -33,6 +33,11 @@ MARKER = re.compile(
 FORMULA_KEYS = {"lab3_beta", "lab3_file_formula", "lab3_nixl_formula", "lab3_stored_tokens"}
 
 
+def _text(value) -> str:
+    """A notebook JSON string field (a list of lines or one string) as one string."""
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
 def reused_keys(source: Path) -> set[str]:
     text = source.read_text(encoding="utf-8")
     return set(re.findall(r"\{num\}`(lab3_\w+)", text)) | set(re.findall(r"::(lab3_\w+):", text))
@@ -48,7 +53,7 @@ def glued(nb: dict) -> dict[str, str]:
                 value = data.get("text/plain") or data.get(
                     "application/papermill.record/text/plain"
                 )
-                out[meta["name"]] = str(value).strip("'\"")
+                out[meta["name"]] = _text(value).strip("'\"")
     return out
 
 
@@ -98,7 +103,7 @@ def test_lab3_forced_onto_the_recording_says_so(forced):
 
     def has_box(c):
         return any(
-            "kvlab-provenance" in o.get("data", {}).get("text/html", "")
+            "kvlab-provenance" in _text(o.get("data", {}).get("text/html", ""))
             for o in c.get("outputs", [])
         )
 
@@ -110,7 +115,9 @@ def test_lab3_forced_onto_the_recording_says_so(forced):
     )
     assert box < first_section, "the provenance box must come before the lab's first section"
     html = next(
-        o["data"]["text/html"] for o in cells[box]["outputs"] if "text/html" in o.get("data", {})
+        _text(o["data"]["text/html"])
+        for o in cells[box]["outputs"]
+        if "text/html" in o.get("data", {})
     )
     assert 'class="admonition warning' in html
     for part in ("recording", "vLLM 0.32.0", "NIXL", "torch", "commit", "KVLAB_FORCE_NO_ENGINE"):
