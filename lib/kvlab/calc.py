@@ -586,3 +586,41 @@ def restart_lost_tokens(
         H=history_tokens,
         N=replicas,
     )
+
+
+# --- Problem 22: latent KV (MLA) -------------------------------------------------------------------
+
+#: DeepSeek-V3's attention (its config.json): 61 layers, a 512-dimensional KV latent
+#: (``kv_lora_rank``) and a 64-dimensional decoupled RoPE key (``qk_rope_head_dim``).
+DEEPSEEK_V3_MLA = {"layers": 61, "latent_dim": 512, "rope_dim": 64}
+
+
+def mla_kv_bytes_per_token(
+    layers: int, latent_dim: int, rope_dim: int, bytes_per_value: float = 2
+) -> int | float:
+    """KV bytes per token of multi-head latent attention: one ``latent_dim`` latent and one
+    ``rope_dim`` RoPE key per layer, shared by all heads (an int when whole)."""
+    layers = check_int("layers", layers, lo=1)
+    latent_dim = check_int("latent_dim", latent_dim, lo=1)
+    rope_dim = check_int("rope_dim", rope_dim, lo=0)
+    bytes_per_value = positive("bytes_per_value", bytes_per_value)
+    v = evaluate(
+        "mla_kv_bytes_per_token", L=layers, d_c=latent_dim, d_r=rope_dim, b=bytes_per_value
+    )
+    return int(v) if v.is_integer() else v
+
+
+def per_gpu_bytes_general(
+    split_bytes: float, replicated_bytes: float, tp: int, kv_heads: int | None = None
+) -> float:
+    """Bytes each of ``tp`` GPUs holds and sends: ``split_bytes`` (per-head K and V) divided over
+    min(tp, kv_heads) GPUs, plus ``replicated_bytes`` (latents every head reads, as in MLA) on
+    every GPU. :func:`per_gpu_bytes` is the case ``replicated_bytes = 0``; MLA is
+    ``split_bytes = 0``: each GPU holds the whole latent KV, whatever the TP."""
+    non_negative("split_bytes", split_bytes)
+    non_negative("replicated_bytes", replicated_bytes)
+    tp = check_int("tp", tp, lo=1)
+    heads = tp if kv_heads is None else check_int("kv_heads", kv_heads, lo=1)
+    return evaluate(
+        "per_gpu_share_general", B_split=split_bytes, B_repl=replicated_bytes, tp=tp, H_kv=heads
+    )

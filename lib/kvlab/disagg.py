@@ -252,16 +252,22 @@ def simulate_layerwise(
     return max(link_free - layers * c, 0.0)
 
 
-#: How the KV moves, per path: who starts the copy, and when. What the first token waits for
-#: differs: a pull or a push after prefill exposes the whole transfer; a push layer by layer
-#: exposes only what is still in flight when the last layer is computed.
+#: How the KV moves, per path: who starts the copy, and when, with the systems that take it. What
+#: the first token waits for differs: a pull or a push after prefill exposes the whole transfer; a
+#: push layer by layer (or chunk by chunk, with chunks for layers) exposes only what is still in
+#: flight when the last piece is computed. Sources: vLLM's nixl connector package (NixlConnector
+#: is NixlPullConnector; NixlPushConnector writes instead), its P2pNcclConnector (sends each layer
+#: from save_kv_layer), DistServe's decode-side pull, SGLang's prefill.py (send_kv_chunk), the
+#: Splitwise paper and vLLM Ascend's layer-wise Mooncake connector (book/references.bib).
 TRANSFER_PATHS = {
     "pull after prefill": "the decode worker reads the blocks once prefill has finished "
-    "(vLLM's NixlConnector)",
+    "(vLLM's default NixlConnector; DistServe's decode instances, when they admit the request)",
     "push after prefill": "the prefill worker writes the blocks into slots the decode worker "
-    "reserved, once its forward pass is done (SGLang's PD mode)",
+    "reserved, once its forward pass is done (vLLM's NixlPushConnector; SGLang's PD mode when the "
+    "prompt fits one prefill chunk)",
     "push layer by layer": "the prefill worker sends each layer's KV as soon as that layer is "
-    "computed (Mooncake's layer-wise connector in vLLM Ascend; DistServe, Splitwise)",
+    "computed (Splitwise; vLLM's P2pNcclConnector; Mooncake's layer-wise connector in vLLM "
+    "Ascend); SGLang's send_kv_chunk does the same per chunk of a chunked prefill",
 }
 
 

@@ -509,3 +509,33 @@ def substituted(name: str, **values) -> sp.Expr:
     if unknown:
         raise ValueError(f"{name} has no symbols {sorted(unknown)}; it has {sorted(by_name)}")
     return f.rhs.subs({by_name[key]: sp.nsimplify(v) for key, v in values.items()})
+
+
+# --- Problem 22: latent KV (MLA) and the per-GPU rule for replicated latents ----------------------
+d_c = sp.Symbol("d_c", positive=True)  # MLA: compressed KV latent dimension (kv_lora_rank)
+d_r = sp.Symbol("d_r", positive=True)  # MLA: decoupled RoPE key dimension, shared by all heads
+B_split = sp.Symbol("B_split", nonnegative=True)  # request KV held per head (split across TP)
+B_repl = sp.Symbol("B_repl", nonnegative=True)  # request KV shared by all heads (replicated)
+
+FORMULAS.update(
+    {
+        f.name: f
+        for f in [
+            _f(
+                "mla_kv_bytes_per_token",
+                "beta_MLA",
+                L * (d_c + d_r) * b,
+                "MLA keeps one latent vector and one RoPE key per layer, shared by every head",
+                "bytes per token",
+            ),
+            _f(
+                "per_gpu_share_general",
+                "B_gpu",
+                B_split / sp.Min(tp, H_kv) + B_repl,
+                "bytes each TP GPU holds and sends: per-head KV split over min(tp, H_kv) GPUs, "
+                "latents that every head reads (MLA) replicated on every GPU",
+                "bytes",
+            ),
+        ]
+    }
+)

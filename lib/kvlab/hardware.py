@@ -77,6 +77,30 @@ A100_80GB_PCIE = GPU(
 A100_40GB_PCIE = GPU(
     "A100 40GB PCIe", 40 * GB, 1.555 * TB, 600 * GB, 64 * GB, 312 * TFLOPS, _A100_PAGE
 )
+#: Blackwell (NVLink 5: 1.8 TB/s per GPU both ways). B200 in an HGX/DGX B200 server: 180 GB of
+#: HBM3e at 8 TB/s, 2.25 PFLOPS dense fp16/bf16 (4.5 with sparsity); host and NICs on PCIe Gen5.
+B200 = GPU(
+    "B200",
+    180 * GB,
+    8.0 * TB,
+    1800 * GB,
+    128 * GB,
+    2250 * TFLOPS,
+    "NVIDIA DGX B200 datasheet (nvidia.com/en-us/data-center/dgx-b200): 8 GPUs, 1,440 GB HBM3e, "
+    "64 TB/s, 14.4 TB/s NVLink, 72 PFLOPS fp8 training",
+)
+#: One Blackwell GPU of a GB200 NVL72 rack: 72 GPUs in one NVLink domain, 13.4 TB of HBM3e at
+#: 576 TB/s and 130 TB/s of NVLink in all (186 GB, 8 TB/s, 1.8 TB/s per GPU), 360 PFLOPS fp16
+#: with sparsity (2.5 dense per GPU); the NICs hang off the Grace CPU's PCIe Gen5.
+GB200 = GPU(
+    "GB200 (NVL72)",
+    186 * GB,
+    8.0 * TB,
+    1800 * GB,
+    128 * GB,
+    2500 * TFLOPS,
+    "NVIDIA GB200 NVL72 product page (nvidia.com/en-us/data-center/gb200-nvl72)",
+)
 L4 = GPU("L4", 24 * GB, 300 * GB, None, 64 * GB, 121 * TFLOPS, "NVIDIA L4 datasheet")
 T4 = GPU(
     "T4",
@@ -95,6 +119,8 @@ GPUS = {
         H100_PCIE,
         H100_NVL,
         H200,
+        B200,
+        GB200,
         A100_80GB,
         A100_40GB,
         A100_80GB_PCIE,
@@ -109,6 +135,44 @@ GPUS = {
 #: (NVIDIA/nccl issue 1264), about 84 %.
 H100_NVLINK_ACHIEVED_ONE_WAY_BYTES_PER_S = 380 * GB
 NVLINK_ACHIEVED_SOURCE = "NVIDIA/nccl issue 1264: H100 SXM p2p copies, 380 of 450 GB/s one way"
+
+#: NVLink per generation, per GPU, both directions together (vendor figures; one way is half):
+#: NVLink 3 (A100) 600 GB/s, NVLink 4 (H100, H200) 900 GB/s, NVLink 5 (B200, GB200) 1.8 TB/s.
+NVLINK_GENERATIONS = {
+    "NVLink 3 (A100)": 600 * GB,
+    "NVLink 4 (H100, H200)": 900 * GB,
+    "NVLink 5 (B200, GB200)": 1800 * GB,
+}
+NVLINK_SOURCE = "NVIDIA NVLink and NVLink Switch page (nvidia.com/en-us/data-center/nvlink)"
+
+
+@dataclass(frozen=True)
+class NVLinkDomain:
+    """A set of GPUs joined all-to-all over NVLink (NVSwitch), with the GPU it is built from."""
+
+    name: str
+    gpus: int
+    gpu: GPU
+
+    @property
+    def one_way_bytes_per_s(self) -> float:
+        bw = self.gpu.nvlink_one_way_bytes_per_s
+        if bw is None:  # every domain below is built from NVLink GPUs
+            raise ValueError(f"{self.gpu.name} has no NVLink")
+        return bw
+
+
+#: The domains the book compares: an HGX H100 server (8 GPUs, NVLink 4), an HGX B200 server
+#: (8, NVLink 5) and a GB200 NVL72 rack (72, NVLink 5). A TP-8 prefill and a TP-8 decode replica
+#: (16 GPUs) share a domain only in the rack.
+NVLINK_DOMAINS = {
+    d.name: d
+    for d in (
+        NVLinkDomain("HGX H100 server", 8, H100_SXM),
+        NVLinkDomain("HGX B200 server", 8, B200),
+        NVLinkDomain("GB200 NVL72 rack", 72, GB200),
+    )
+}
 
 #: GPUs that share one NVLink domain (all-to-all over NVSwitch): an HGX H100 or H200 server's 8,
 #: a GB200 NVL72 rack's 72. A transfer between two TP-8 servers stays on NVLink only inside a
@@ -126,10 +190,14 @@ def find_gpu(device_name: str) -> GPU | None:
     The names carry the form factor and memory: 'NVIDIA A100-SXM4-40GB' (Colab's A100),
     'NVIDIA A100-SXM4-80GB', 'NVIDIA A100 80GB PCIe', 'NVIDIA A100-PCIE-40GB',
     'NVIDIA H100 80GB HBM3' (SXM), 'NVIDIA H100 PCIe', 'NVIDIA H100 NVL', 'NVIDIA H200',
-    'NVIDIA L4', 'Tesla T4'. None when the name matches no entry.
+    'NVIDIA L4', 'Tesla T4', 'NVIDIA B200', 'NVIDIA GB200'. None when the name matches no entry.
     """
     n = device_name.upper().replace("-", " ")
     words = n.split()
+    if "GB200" in n:
+        return GB200
+    if "B200" in n:
+        return B200
     if "H200" in n:
         return H200
     if "H100" in n:

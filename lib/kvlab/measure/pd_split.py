@@ -94,9 +94,14 @@ def pulled_tokens(prompt_tokens: int, block_size: int = BLOCK_SIZE) -> int:
 def shape_from_config(model_dir: str | os.PathLike):
     """The :class:`kvlab.models.ModelShape` of a Hugging Face Llama-style model folder, read from
     its ``config.json`` (layers, query and KV heads, head dimension, hidden size)."""
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    return shape_from_dict(cfg, Path(model_dir).name)
+
+
+def shape_from_dict(cfg: dict, name: str):
+    """:func:`shape_from_config` from the parsed ``config.json`` (as a recording keeps it)."""
     from .. import models
 
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
     heads = int(cfg["num_attention_heads"])
     head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
     d, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
@@ -104,14 +109,14 @@ def shape_from_config(model_dir: str | os.PathLike):
     kv = int(cfg.get("num_key_value_heads", heads))
     params = layers * (d * head_dim * (heads + 2 * kv) + heads * head_dim * d + 3 * d * ffn)
     return models.ModelShape(
-        name=Path(model_dir).name,
+        name=name,
         layers=layers,
         q_heads=heads,
         kv_heads=kv,
         head_dim=head_dim,
         d_model=d,
         params=params + 2 * vocab * d,
-        source=f"config.json of {Path(model_dir).name}",
+        source=f"config.json of {name}",
     )
 
 
@@ -589,15 +594,33 @@ _NIXL_METRICS = {
 }
 
 
+#: ``vllm:prompt_tokens_by_source`` labels: tokens the engine computed, and tokens whose KV a
+#: connector brought in (here: NIXL's pull).
+_TOKEN_SOURCES = {"local_compute": "local_tokens", "external_kv_transfer": "external_tokens"}
+
+
 def nixl_totals(metrics: list[dict]) -> dict[str, float]:
-    """Running totals (sums) and the transfer count from the engine's NIXL histograms, and the
-    count of failed transfers (handshakes and notifications included) from its counter."""
-    out = {"transfers": 0.0, "failed": 0.0}
+    """Running totals (sums) and the transfer count from the engine's NIXL histograms, the count
+    of failed transfers (handshakes and notifications included) from its counter, the prompt
+    tokens it computed (``local_tokens``) and received (``external_tokens``) from
+    ``vllm:prompt_tokens_by_source``, and its prefill time (``prefill_s``: first token minus
+    scheduled, ``vllm:request_prefill_time_seconds``)."""
+    out = {"transfers": 0.0, "failed": 0.0, "local_tokens": 0.0, "external_tokens": 0.0}
+    out["prefill_s"] = 0.0
     for m in metrics:
-        if m["name"] == "vllm:nixl_num_failed_transfers":
+        name = m["name"]
+        if name == "vllm:nixl_num_failed_transfers":
             out["failed"] += float(m.get("value") or 0.0)
             continue
-        key = _NIXL_METRICS.get(m["name"])
+        if name == "vllm:prompt_tokens_by_source":
+            key = _TOKEN_SOURCES.get((m.get("labels") or {}).get("source", ""))
+            if key:
+                out[key] += float(m.get("value") or 0.0)
+            continue
+        if name == "vllm:request_prefill_time_seconds":
+            out["prefill_s"] += float(m.get("sum") or 0.0)
+            continue
+        key = _NIXL_METRICS.get(name)
         if key:
             out[key] = out.get(key, 0.0) + float(m.get("sum") or 0.0)
             if key == "xfer_s":
@@ -618,6 +641,28 @@ class NixlRequest:
     post_s: float  # NIXL telemetry: time to post the transfer
     decode_wall_s: float  # the decode engine's generate() call, handshake included on the first
     failed: int = 0  # transfers vLLM counted as failed (vllm:nixl_num_failed_transfers)
+    local_tokens: int = -1  # prompt tokens the decode engine computed (-1: not recorded)
+    external_tokens: int = -1  # prompt tokens whose KV it received from the prefill engine
+    prefill_s: float = -1.0  # its prefill time for the request (first token minus scheduled)
+    num_cached_tokens: int = -1  # what vLLM's RequestOutput reports (see NixlSplit)
+
+    @classmethod
+    def of(cls, ids, blocks: int, delta: dict[str, float], out: dict) -> NixlRequest:
+        return cls(
+            len(ids),
+            blocks,
+            int(delta.get("transfers", 0)),
+            int(delta.get("bytes", 0)),
+            int(delta.get("descriptors", 0)),
+            delta.get("xfer_s", 0.0),
+            delta.get("post_s", 0.0),
+            out["seconds"],
+            int(delta.get("failed", 0)),
+            int(round(delta.get("local_tokens", -1))),
+            int(round(delta.get("external_tokens", -1))),
+            delta.get("prefill_s", -1.0),
+            int(out.get("num_cached_tokens", -1)),
+        )
 
 
 @dataclass
@@ -633,6 +678,41 @@ class NixlSplit:
     checks: Checks
     cores: dict[str, int]
     wall_s: float = 0.0
+    # The control: the decode engine gets prompt i with the KV the prefill engine computed for
+    # prompt i+1 (same length, same block count). An engine that used what it pulled decodes
+    # from the wrong context and its output changes; one that recomputed the prompt would not.
+    control: Run | None = None
+    control_requests: list[NixlRequest] = field(default_factory=list)
+    # The decode engine prefilling each prompt itself (max_tokens=1, no transfer): its own
+    # counters and prefill time for the same prompts, to set against the pulled requests'.
+    decode_cold: list[NixlRequest] = field(default_factory=list)
+
+    def used_pulled_kv(self) -> list[str]:
+        """What says the decode engine did not use the KV it pulled ([] when nothing): output
+        unlike the colocated run, a control equal to it, prompt tokens computed on the decode
+        side beyond the last one, or no control at all."""
+        problems = []
+        ok = self.decode.same_tokens(self.reference)
+        if not all(ok):
+            problems.append(f"decode output differs from colocated on prompts {ok}")
+        if self.control is None or len(self.control_requests) != len(self.requests):
+            return [*problems, "no control run (another prompt's KV) was made"]
+        same = self.control.same_tokens(self.reference)
+        if any(same):
+            problems.append(
+                f"with another prompt's KV the output still equals colocated on {sum(same)} of "
+                f"{len(same)} prompts: the decode engine ignored what it pulled"
+            )
+        for label, reqs in (("pulled", self.requests), ("control", self.control_requests)):
+            for i, r in enumerate(reqs):
+                if r.local_tokens < 0 or r.external_tokens < 0:
+                    problems.append(f"{label} request {i}: vLLM's token counters not recorded")
+                elif r.local_tokens > self.block_size or r.external_tokens < r.prompt_tokens - 1:
+                    problems.append(
+                        f"{label} request {i}: the decode engine computed {r.local_tokens} prompt "
+                        f"tokens and received {r.external_tokens} of {r.prompt_tokens}"
+                    )
+        return problems
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -651,8 +731,13 @@ def run_nixl_split(
     host (``cpu``) KV buffers. For each prompt: the prefill engine runs it with ``max_tokens=1``
     and ``do_remote_decode``; the decode engine receives the returned ``kv_transfer_params`` and
     pulls the blocks over NIXL, then decodes ``max_tokens`` tokens. The prefill engine also decodes
-    every prompt by itself first: the colocated reference. ``cores``: the CPUs the two engines are
-    pinned to (default: the first two this process may use, or its only one twice)."""
+    every prompt by itself first: the colocated reference. Then the control: every prompt prefilled
+    again, and prompt i decoded with prompt i+1's ``kv_transfer_params`` (its output must change if
+    the decode engine uses what it pulls); and the decode engine prefilling each prompt itself
+    (``max_tokens=1``, no transfer). Each request's row carries the decode engine's metric deltas:
+    NIXL bytes and times, prompt tokens computed and received (``vllm:prompt_tokens_by_source``)
+    and prefill time. ``cores``: the CPUs the two engines are pinned to (default: the first two
+    this process may use, or its only one twice)."""
     prompts = _prompts_ok(prompts)
     if cores is None:
         allowed = engine.allowed_cores()
@@ -691,22 +776,31 @@ def run_nixl_split(
                 delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
                 before = after
                 blocks = sum(len(g) for g in p["kv_transfer_params"]["remote_block_ids"])
-                reqs.append(
-                    NixlRequest(
-                        len(ids),
-                        blocks,
-                        int(delta.get("transfers", 0)),
-                        int(delta.get("bytes", 0)),
-                        int(delta.get("descriptors", 0)),
-                        delta.get("xfer_s", 0.0),
-                        delta.get("post_s", 0.0),
-                        d["seconds"],
-                        int(delta.get("failed", 0)),
-                    )
-                )
+                reqs.append(NixlRequest.of(ids, blocks, delta, d))
                 p_out.append(p)
                 d_out.append(d)
-            undelivered = [i for i, r in enumerate(reqs) if r.failed or not r.bytes]
+            # The control: every prompt prefilled first, then prompt i decoded with the blocks
+            # of prompt i+1 (all prompts have the same length, so the block counts agree).
+            offered = [pre.generate([ids], 1, [{"do_remote_decode": True}])[0] for ids in prompts]
+            c_out, c_reqs = [], []
+            for i, ids in enumerate(prompts):
+                other = offered[(i + 1) % len(prompts)]["kv_transfer_params"]
+                c = dec.generate([ids], max_tokens, [other])[0]
+                after = nixl_totals(dec.metrics())
+                delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+                before = after
+                blocks = sum(len(g) for g in other["remote_block_ids"])
+                c_reqs.append(NixlRequest.of(ids, blocks, delta, c))
+                c_out.append(c)
+            # The decode engine prefilling each prompt itself: no transfer, every token computed.
+            cold_reqs = []
+            for ids in prompts:
+                o = dec.generate([ids], 1)[0]
+                after = nixl_totals(dec.metrics())
+                delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+                before = after
+                cold_reqs.append(NixlRequest.of(ids, 0, delta, o))
+            undelivered = [i for i, r in enumerate(reqs + c_reqs) if r.failed or not r.bytes]
             if undelivered:
                 # vLLM's default kv_load_failure_policy is "fail": such a request has no usable
                 # output, and the run measures no transfer. Seen rarely, with UCX limited to TCP.
@@ -732,6 +826,9 @@ def run_nixl_split(
         checks,
         dict(zip(("prefill", "decode"), cores, strict=True)),
         time.perf_counter() - t0,
+        Run.of("control", c_out),
+        c_reqs,
+        cold_reqs,
     )
 
 
