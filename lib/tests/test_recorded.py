@@ -48,6 +48,14 @@ def _sweep() -> nixl_sweep.NixlSweep:
 PARAMS = {"prompts": ["abc"], "max_tokens": 16, "shape": (2, 32)}
 
 
+@pytest.fixture(autouse=True)
+def engines_available(monkeypatch):
+    """These tests run the fake runs: as if the engine environment and model were here, with the
+    pinned versions (test_recorded_provenance.py covers the machine without them)."""
+    monkeypatch.setattr(recorded, "why_not_here", lambda model_dir=None: None)
+    monkeypatch.setattr(recorded, "engine_versions", lambda: recorded.pinned_versions())
+
+
 @pytest.fixture
 def log(tmp_path, monkeypatch):
     path = tmp_path / "fallbacks.log"
