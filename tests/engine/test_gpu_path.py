@@ -27,6 +27,7 @@ def clean_env(monkeypatch):
     """No offline variables from the user or from an earlier in-process job."""
     for k in OFFLINE:
         monkeypatch.delenv(k, raising=False)
+    monkeypatch.delenv("KVLAB_ENGINE_LOCK", raising=False)  # the fakes start no engine
     monkeypatch.setattr(engine, "_SET_HERE", set())
     return monkeypatch
 
@@ -300,7 +301,11 @@ def test_serving_failure_keeps_the_engine_figures():
 
     def run_job(job, params, **kw):
         if job == "lab1":
-            return {"runs": {"x": 1}, "engine_kwargs": {"model": HUB_MODEL}, "model_revision": "abc"}
+            return {
+                "runs": {"x": 1},
+                "engine_kwargs": {"model": HUB_MODEL},
+                "model_revision": "abc",
+            }
         raise engine.EngineError("vllm serve on port 1 exited with code 1 before it was ready")
 
     p = {"lab1": {}, "serving": {}}
@@ -479,6 +484,8 @@ def _run_setup_cell(monkeypatch, tmp_path, driver: str | None, preloaded=()):
 
 
 def test_colab_gpu_runtime_installs_without_an_edit(monkeypatch, tmp_path, capsys):
+    for m in ("numpy", "torch", "transformers", "huggingface_hub"):
+        monkeypatch.delitem(sys.modules, m, raising=False)
     calls, ns, error = _run_setup_cell(monkeypatch, tmp_path, "580.82.07")
     assert len(calls) == 1 and calls[0][-2:] == ["-r", "../../requirements-gpu.txt"]
     assert error is None  # nothing of the new packages was loaded before: no restart needed

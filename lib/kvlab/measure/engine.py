@@ -18,6 +18,7 @@ job takes an exclusive ``flock`` on it).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -277,3 +278,40 @@ def run_job(
         out = json.loads(ofile.read_text())
     out["where"] = str(py)
     return out
+
+
+@dataclasses.dataclass
+class JobResult:
+    """An engine job's JSON result, in the form :mod:`kvlab.measure.recorded` stores and reloads."""
+
+    result: dict
+
+    def as_dict(self) -> dict:
+        return {"result": self.result}
+
+
+def run_or_recorded(lab: str, name: str, job: str, params: dict, reason: str | None = None):
+    """Lab 1's engine runs, strict where the engine exists: with ``reason`` None, run ``job`` here
+    (an engine failure raises and fails the page; ``KVLAB_RECORD_LABS=1`` also records the run);
+    otherwise (``reason``: why the engines cannot run here, from
+    :func:`kvlab.measure.recorded.why_not_here`) the same run's CPU recording. Returns a
+    :class:`kvlab.measure.recorded.Measured` of a :class:`JobResult`."""
+    from . import recorded
+
+    if reason is None:
+        value = JobResult(run_job(job, params))
+        if os.environ.get(recorded.RECORD_ENV) == "1":
+            recorded.save(lab, name, value, params)
+        note = f"{name}: measured on this machine just now"
+        return recorded.Measured(value, True, note, name=name)
+
+    def cannot_run() -> JobResult:
+        raise EngineError(reason)
+
+    return recorded.measure(lab, name, cannot_run, JobResult, params, retry_if_under_s=0)
+
+
+def shown(text: str) -> str:
+    """``text`` with this repository's root left out of paths (the build machine's folders are
+    not the reader's): ``/home/me/repo/build/tiny-llama`` -> ``build/tiny-llama``."""
+    return str(text).replace(str(ROOT) + os.sep, "")

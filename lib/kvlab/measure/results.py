@@ -73,12 +73,21 @@ def save_results(
     return path
 
 
+def _dry_runs_shown(directory: Path | None, include_dry_run: bool | None) -> bool:
+    """Dry runs are shown when asked for, or (``None``) when the folder is the one named by
+    ``$KVLAB_GPU_RESULTS`` (someone checking a dry run); never from ``results/`` by default."""
+    if include_dry_run is not None:
+        return include_dry_run
+    return directory is None and bool(os.environ.get(RESULTS_ENV))
+
+
 def find_results(
-    lab: str, directory: Path | None = None, include_dry_run: bool = False
+    lab: str, directory: Path | None = None, include_dry_run: bool | None = None
 ) -> list[Path]:
     """GPU recordings of ``lab``, sorted by name (GPU, then date): never a CPU recording
-    (``*-cpu-recorded.json``), and a dry run only with ``include_dry_run``."""
+    (``*-cpu-recorded.json``); a dry run only as :func:`_dry_runs_shown` says."""
     check_choice("lab", lab, LABS)
+    include_dry_run = _dry_runs_shown(directory, include_dry_run)
     d = results_dir(directory)
     if not d.is_dir():
         return []
@@ -93,10 +102,11 @@ def find_results(
 
 
 def load_results(
-    lab: str, directory: Path | None = None, include_dry_run: bool = False
+    lab: str, directory: Path | None = None, include_dry_run: bool | None = None
 ) -> list[dict]:
     """Every recording of ``lab`` (see :func:`find_results`); each dict gains ``_file``, its file
-    name. A file that is marked as a dry run inside is left out too, unless ``include_dry_run``."""
+    name. A file that is marked as a dry run inside is left out too, unless dry runs are shown."""
+    include_dry_run = _dry_runs_shown(directory, include_dry_run)
     out = []
     for p in find_results(lab, directory, include_dry_run):
         d = json.loads(p.read_text())
@@ -120,11 +130,17 @@ def load_results_file(path: str | Path) -> list[dict]:
 
 def _short(text: object, width: int = WIDTH - 12) -> str:
     """One line of at most ``width`` characters (a failure's message can be long)."""
-    return textwrap.shorten(" ".join(str(text).split()), width, placeholder=" ...")
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 4].rstrip() + " ..."
 
 
 def _wrap(line: str, indent: str = "    ") -> list[str]:
     return textwrap.wrap(line, WIDTH, subsequent_indent=indent, break_on_hyphens=False) or [""]
+
+
+def _why(prefix: str, why: object) -> list[str]:
+    """``prefix (why)``, the reason cut to two lines at most, wrapped to :data:`WIDTH`."""
+    return _wrap(f"{prefix} ({_short(why, 2 * WIDTH - len(prefix) - 12)})")
 
 
 def _spread(xs) -> str:
@@ -169,7 +185,7 @@ def _lab1_lines(rec: dict) -> list[str]:
     v = rec.get("vllm")
     why = _failed(v)
     if why is not None:
-        lines.append(f"  vLLM engine: not recorded ({_short(why)})")
+        lines += _why("  vLLM engine: not recorded", why)
     else:
         assert v is not None
         for name, r in v.get("runs", {}).items():
@@ -182,11 +198,11 @@ def _lab1_lines(rec: dict) -> list[str]:
             )
         down = v.get("shutdown", {})
         if down.get("gpu_memory_back") is False:
-            lines.append(f"  engine memory not back after the stop: {_short(down.get('error'))}")
+            lines += _why("  engine memory not back after the stop", down.get("error"))
     s = rec.get("vllm_serving")
     why = _failed(s)
     if why is not None:
-        lines.append(f"  vLLM serving: not recorded ({_short(why)})")
+        lines += _why("  vLLM serving: not recorded", why)
     else:
         assert s is not None
         order = "together" if s.get("started_together") else "one after the other"
@@ -212,7 +228,7 @@ def _lab1_lines(rec: dict) -> list[str]:
     t = rec.get("torch_prefix_reuse")
     why = _failed(t)
     if why is not None:
-        lines.append(f"  PyTorch prefix reuse: not recorded ({_short(why)})")
+        lines += _why("  PyTorch prefix reuse: not recorded", why)
     else:
         assert t is not None
         lines += _wrap(
@@ -232,7 +248,7 @@ def _lab2_lines(rec: dict) -> list[str]:
     lines = _wrap(f"  command: {rec.get('machine', {}).get('command')}")
     for r in rec.get("copies", []):
         if "error" in r or "seconds" not in r:
-            lines.append(f"  {r.get('kind', '?'):>13}: failed ({_short(r.get('error'))})")
+            lines += _why(f"  {r.get('kind', '?'):>13}: failed", r.get("error"))
             continue
         ref = r.get("reference_bytes_per_s")
         share = f", {r['gb_per_s'] * 1e9 / ref:.0%} of {r['reference']}" if ref else ""
@@ -242,21 +258,21 @@ def _lab2_lines(rec: dict) -> list[str]:
         )
     for r in rec.get("copies_skipped", []):
         tokens = f" {units.fmt_tokens(r['tokens'])}" if r.get("tokens") else ""
-        lines.append(f"  skipped {r['kind']}{tokens}: {_short(r['reason'])}")
+        lines += _wrap(f"  skipped {r['kind']}{tokens}: {_short(r['reason'])}")
     for r in rec.get("send_recv", []):
         if "error" in r or "n_bytes" not in r:
-            lines.append(f"  {r.get('backend', '?')} send/recv: failed ({_short(r.get('error'))})")
+            lines += _why(f"  {r.get('backend', '?')} send/recv: failed", r.get("error"))
             continue
         lines.append(
             f"  {r['backend']} send/recv {units.fmt_bytes(r['n_bytes'])}: {r['gb_per_s']:.1f} GB/s, "
             f"checksum {'ok' if r.get('checksum_ok') else 'MISMATCH'}"
         )
     if rec.get("nccl", {}).get("recorded") is False:
-        lines.append(f"  NCCL: not recorded ({_short(rec['nccl'].get('reason'))})")
+        lines += _why("  NCCL: not recorded", rec["nccl"].get("reason"))
     pre = rec.get("prefill")
     why = _failed(pre)
     if why is not None:
-        lines.append(f"  prefill: not recorded ({_short(why)})")
+        lines += _why("  prefill: not recorded", why)
     else:
         assert pre is not None
         done = [r for r in pre.get("rows", []) if "seconds" in r]
@@ -266,7 +282,7 @@ def _lab2_lines(rec: dict) -> list[str]:
         lines += _wrap(f"  prefill at {pre['shape']} shape ({pre['dtype']}): {cells}")
         for r in pre.get("rows", []):
             if "skipped" in r:
-                lines.append(f"  prefill {units.fmt_tokens(r['tokens'])}: {_short(r['skipped'])}")
+                lines += _wrap(f"  prefill {units.fmt_tokens(r['tokens'])}: {_short(r['skipped'])}")
     return lines
 
 
