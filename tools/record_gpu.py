@@ -366,11 +366,13 @@ def record_lab1(
     run_job: Callable[..., dict] = engine.run_job,
     torch_part: Callable[[], dict] | None = None,
     skip_vllm: str | None = None,
+    on_part: Callable[[dict], object] | None = None,
 ) -> dict:
     """Lab 1's parts, each in its own ``try``: the PyTorch prefix reuse (``torch_part``), the
     offline engine (the ``lab1`` job) and the servers (the ``serving`` job). A failing part is
     recorded with its reason and never takes the figures of another with it. ``skip_vllm``: the
-    reason the vLLM parts are not run (None: run them)."""
+    reason the vLLM parts are not run (None: run them). ``on_part`` is called with the record
+    after each part (the recorder saves it, so a run stopped later keeps what was done)."""
     lab1: dict = {"machine": machine}
     if torch_part is not None:
         try:
@@ -392,6 +394,8 @@ def record_lab1(
     except Exception as exc:  # noqa: BLE001 - record the failure, keep going
         lab1["vllm"] = _error(exc)
     lab1["vllm"]["elapsed_s"] = time.time() - t0
+    if on_part is not None:
+        on_part(lab1)
     print(f"vLLM engine: {'recorded' if lab1['vllm'].get('recorded') else 'FAILED'}")
     t0 = time.time()
     try:
@@ -462,8 +466,16 @@ def main(argv=None) -> int:
         def torch_part(model=model):
             return prefix_reuse(model, model_shape, p["repeats"], p["reuse_system_tokens"])
 
+        def save(lab1: dict) -> object:
+            return results.save_results("lab1", lab1, gpu_name, date, out_dir)
+
         lab1 = record_lab1(
-            dict(machine), p, in_process=not args.dry_run, torch_part=torch_part, skip_vllm=skip
+            dict(machine),
+            p,
+            in_process=not args.dry_run,
+            torch_part=torch_part,
+            skip_vllm=skip,
+            on_part=save,
         )
         written.append(results.save_results("lab1", lab1, gpu_name, date, out_dir))
         print(f"wrote {written[-1]}")
