@@ -193,7 +193,7 @@ def model_revision(model: str) -> str | None:
         except OSError:
             return None
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache  # type: ignore[import-not-found]
 
         hit = try_to_load_from_cache(str(model), "config.json")
     except Exception:  # no huggingface_hub, or an unusual cache
