@@ -502,3 +502,16 @@ def test_old_driver_is_named_before_installing(monkeypatch, tmp_path, capsys):
     assert calls == []
     out = capsys.readouterr().out
     assert "535.104.05" in out and "580" in out
+
+
+def test_a_failed_job_shows_its_traceback_not_the_exit_noise(tmp_path):
+    """A job's log ended with hundreds of nanobind leak lines after its traceback, so the error
+    shown (the log's tail) did not say what failed."""
+    log = tmp_path / "job.log"
+    noise = "\n".join(f' - leaked function "f{i}"' for i in range(300))
+    log.write_text(
+        'starting\nTraceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+        f"    main()\nkvlab.measure.engine.EngineError: port 8000 is busy\n{noise}\n"
+    )
+    tail = engine.log_tail(log)
+    assert tail.endswith("EngineError: port 8000 is busy") and "leaked" not in tail

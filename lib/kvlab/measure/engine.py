@@ -187,12 +187,25 @@ def engine_lock():
 
 
 def log_tail(path: str | Path, lines: int = 25) -> str:
-    """The last ``lines`` lines of a log file ('' if it does not exist)."""
+    """The last ``lines`` lines of a log file ('' if it does not exist); when the log holds a
+    Python traceback, the last one instead (up to its exception line), since what a process prints
+    while it exits (leak reports, warnings) can push the cause out of the tail."""
     try:
         text = Path(path).read_text(errors="replace")
     except OSError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
+    all_lines = text.splitlines()
+    starts = [i for i, ln in enumerate(all_lines) if ln.startswith("Traceback (most recent call")]
+    if not starts:
+        return "\n".join(all_lines[-lines:])
+    block = []
+    for ln in all_lines[starts[-1] :]:
+        block.append(ln)
+        if len(block) > 1 and ln and not ln[0].isspace() and not ln.startswith("Traceback"):
+            break  # the exception line
+    if len(block) > lines:
+        block = block[:1] + ["  ..."] + block[-(lines - 2) :]
+    return "\n".join(block)
 
 
 def kill_group(pid: int, grace_s: float = 10.0) -> None:
