@@ -60,7 +60,9 @@ from .results import RESULTS_DIR
 T = TypeVar("T")
 
 #: One line per fallback, for CI's log and the site test.
-FALLBACK_LOG = engine.ROOT / "build" / "lab-fallbacks.log"
+FALLBACK_LOG = Path(
+    os.environ.get("KVLAB_FALLBACK_LOG") or engine.ROOT / "build" / "lab-fallbacks.log"
+)  # KVLAB_FALLBACK_LOG: another file, for tests that force fallbacks
 #: Environment variable that turns recording on.
 RECORD_ENV = "KVLAB_RECORD_LABS"
 #: Environment variable saying this machine cannot run vLLM's CPU build: every run uses its recording.
