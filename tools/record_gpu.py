@@ -391,7 +391,8 @@ def record_lab1(
         out = run_job("lab1", p["lab1"], in_process=in_process, timeout_s=1800)
         out["recorded"] = True
         lab1["vllm"] = out
-        machine["model"] = out.get("engine_kwargs", {}).get("model")
+        model = out.get("engine_kwargs", {}).get("model")
+        machine["model"] = engine.shown(model) if model else None
         machine["model_revision"] = out.get("model_revision")
         machine["vllm"] = out.get("vllm", machine.get("vllm"))
     except Exception as exc:  # noqa: BLE001 - record the failure, keep going
