@@ -90,8 +90,8 @@ def test_reference_bandwidth():
     bw, _ = copies.reference_bandwidth("h2d_pinned", hardware.H100_SXM)
     assert bw == 64e9
     assert copies.reference_bandwidth("d2d", hardware.H100_SXM)[0] == pytest.approx(1.675e12)
-    assert copies.reference_bandwidth("p2p", hardware.H100_SXM)[0] == 450e9
-    assert copies.reference_bandwidth("p2p", hardware.L4)[0] == 32e9
+    assert copies.reference_bandwidth("p2p", hardware.H100_SXM, nvlink=True)[0] == 450e9
+    assert copies.reference_bandwidth("p2p", hardware.L4, nvlink=False)[0] == 32e9
 
 
 # --- gloo send/recv between two spawned processes --------------------------------------------------

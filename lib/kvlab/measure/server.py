@@ -14,7 +14,6 @@ environment has.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -25,7 +24,14 @@ import urllib.request
 from pathlib import Path
 
 from . import prom
-from .engine import EngineError, check_model_dir, engine_env, kill_group, log_tail
+from .engine import (
+    EngineError,
+    check_model_dir,
+    engine_env,
+    is_local_model,
+    kill_group,
+    log_tail,
+)
 
 
 def _die_with_parent() -> None:
@@ -163,7 +169,7 @@ class VllmServer:
                 f"it or choose another port"
             )
         model = self.model
-        if os.path.sep in model or model.startswith("."):
+        if is_local_model(model):
             check_model_dir(model)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._t0 = time.perf_counter()
@@ -173,7 +179,7 @@ class VllmServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=engine_env(self.extra_env),
+                env=engine_env(self.extra_env, model=model),
                 start_new_session=True,  # its own process group: stopped as one
                 preexec_fn=_die_with_parent,
             )
