@@ -102,7 +102,15 @@ def test_nixl_totals_sum_the_histograms():
         {"name": "vllm:nixl_bytes_transferred", "count": 2, "sum": 4e6},
         {"name": "vllm:prefix_cache_hits", "value": 3},
     ]
-    assert pd_split.nixl_totals(m) == {"transfers": 2.0, "failed": 0.0, "xfer_s": 0.5, "bytes": 4e6}
+    assert pd_split.nixl_totals(m) == {
+        "transfers": 2.0,
+        "failed": 0.0,
+        "xfer_s": 0.5,
+        "bytes": 4e6,
+        "local_tokens": 0.0,  # vllm:prompt_tokens_by_source, none in this list
+        "external_tokens": 0.0,
+        "prefill_s": 0.0,
+    }
     m.append({"name": "vllm:nixl_num_failed_transfers", "value": 1.0})
     assert pd_split.nixl_totals(m)["failed"] == 1.0
 
