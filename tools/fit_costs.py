@@ -222,6 +222,13 @@ def aic_default(out: Path) -> None:
         elif isinstance(val, (str, int, float, bool)) or val is None:
             record[name] = val
         elif isinstance(val, dict):
+            if any(hasattr(v, "columns") for v in val.values()):  # experiment -> table
+                record[name] = {
+                    exp: json.loads(v.head(10).to_json(orient="records"))
+                    for exp, v in val.items()
+                    if hasattr(v, "columns")
+                }
+                continue
             with contextlib.suppress(TypeError, ValueError):
                 record[name] = json.loads(json.dumps(val, default=str))
     out.write_text(json.dumps(record, indent=1, default=str) + "\n")
@@ -232,8 +239,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=OUT / "measured.json")
     ap.add_argument("--default", action="store_true", help="also run aiconfigurator cli default")
+    ap.add_argument("--default-only", action="store_true", help="only run cli default")
     args = ap.parse_args(argv)
     logging.disable(logging.WARNING)
+    if args.default_only:
+        aic_default(args.out.parent / "aic_default.json")
+        return 0
     start = time.time()
     prefill, decode, missing, db_version, skipped = query()
     fits, prefill, decode = fit(prefill, decode)
