@@ -143,8 +143,7 @@ def _measured(gpu: str, tp: int) -> Costs:
     if fit is None:
         why = data.get("missing", {}).get(gpu, {}).get(str(tp), "no point was fitted")
         raise ValueError(
-            f"the measured calibration has no gpu={gpu!r}, tp={tp}: {why} "
-            f"(covered: {covered()})"
+            f"the measured calibration has no gpu={gpu!r}, tp={tp}: {why} (covered: {covered()})"
         )
     return Costs(
         prefill_s_per_token=fit["prefill_s_per_token"],
@@ -315,8 +314,7 @@ def linearised(cost: CostModel, prompt_tokens: float, context_tokens: float) -> 
     return Costs(
         prefill_s_per_token=prefill_cost_s(c, prompt_tokens) / prompt_tokens,
         decode_base_s=c.decode_base_s,
-        decode_per_request_s=c.decode_per_request_s
-        + c.decode_per_context_token_s * context_tokens,
+        decode_per_request_s=c.decode_per_request_s + c.decode_per_context_token_s * context_tokens,
         calibration=c.calibration,
         gpu=c.gpu,
         tp=c.tp,
@@ -364,7 +362,9 @@ def kv_read_efficiency(cost: CostModel) -> float:
     return beta / (c.tp * GPUS[c.gpu].hbm_bytes_per_s * c.decode_per_context_token_s)
 
 
-def lever_ratio(cost: CostModel, prompt_tokens: float, output_tokens: float, tpot_s: float) -> float:
+def lever_ratio(
+    cost: CostModel, prompt_tokens: float, output_tokens: float, tpot_s: float
+) -> float:
     """Average-level capacity of a split fleet over a colocated one (``split_colocated_ratio``):
     prefill time ``P`` of the prompt, per-request decode cost ``k`` (plus the KV read at the mean
     context, prompt + output / 2), fixed step part ``a``, TPOT target ``T``."""
@@ -373,7 +373,9 @@ def lever_ratio(cost: CostModel, prompt_tokens: float, output_tokens: float, tpo
     check_number("output_tokens", output_tokens, lo=1)
     positive("tpot_s", tpot_s)
     if tpot_s <= c.decode_base_s:
-        raise ValueError(f"tpot_s must exceed the fixed step part {c.decode_base_s} s, got {tpot_s}")
+        raise ValueError(
+            f"tpot_s must exceed the fixed step part {c.decode_base_s} s, got {tpot_s}"
+        )
     k_eff = c.decode_per_request_s + c.decode_per_context_token_s * (
         prompt_tokens + output_tokens / 2
     )

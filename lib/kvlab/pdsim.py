@@ -243,7 +243,9 @@ def at_tp(cost: CostModel, tp: int) -> Costs:
     if c.tp == tp:
         return c
     if c.calibration == "book" and c != BOOK:
-        raise ValueError(f"a custom book-style cost model is defined at TP {c.tp} only, got tp={tp}")
+        raise ValueError(
+            f"a custom book-style cost model is defined at TP {c.tp} only, got tp={tp}"
+        )
     return cost_model(c.calibration, gpu=c.gpu, tp=tp)
 
 

@@ -213,3 +213,80 @@ def test_queueing_refuses_nonlinear_costs():
     lin = costs.linearised(costs.cost_model("measured"), 2_000, 2_000)
     res = queueing.simulate(w, "round_robin", 1, 1.0, cost=lin)
     assert np.all(np.isfinite(res.ttft_s))
+
+
+# --- the simulators on kvlab.costs ------------------------------------------------------------------
+
+
+def _one(system, prompt=3_000, output=50, cost=costs.BOOK):
+    t = pdsim.Traffic(rate_rps=1.0, requests=1, prompt_tokens=prompt, output_tokens=output)
+    return pdsim.simulate(system, t, cost)
+
+
+def test_pdsim_single_request_times_follow_the_measured_model():
+    c = costs.cost_model("measured")
+    p, o = 3_000, 50
+    r = _one(pdsim.Colocated(1, chunk_tokens=None), p, o, c)
+    assert r.ttft_s[0] == pytest.approx(costs.prefill_s(p))
+    # decode steps of batch 1 whose context grows by one token a step, from p + 1
+    steps = sum(costs.decode_step_s(1, p + 1 + i) for i in range(o - 1))
+    assert r.finish_s[0] - r.first_token_s[0] == pytest.approx(steps)
+    # chunked alone: every chunk pays the fixed part, the attention pairs add up to P^2 / 2
+    r = _one(pdsim.Colocated(1, chunk_tokens=512), p, o, c)
+    chunks = math.ceil(p / 512)
+    expect = (
+        chunks * c.prefill_fixed_s + p * c.prefill_s_per_token + c.prefill_s_per_pair * p * p / 2
+    )
+    assert r.ttft_s[0] == pytest.approx(expect)
+
+
+def test_pdsim_first_step_adds_one_decode_step_to_ttft():
+    for cost in (costs.BOOK, costs.cost_model("measured")):
+        landed = _one(pdsim.Disaggregated(1, 1), cost=cost)
+        first = _one(pdsim.Disaggregated(1, 1, first_step=True), cost=cost)
+        step = costs.decode_cost_s(cost, 1, 3_000)
+        assert first.ttft_s[0] - landed.ttft_s[0] == pytest.approx(step, rel=1e-6)
+        assert first.tpot_s[0] == pytest.approx(landed.tpot_s[0], rel=0.01)
+
+
+def test_pdsim_per_phase_tp():
+    m = costs.cost_model("measured")
+    s = pdsim.Disaggregated(6, 3, prefill_tp=2, decode_tp=4)
+    assert (s.gpus, s.gpu_split, s.total) == (24, (12, 12), 9)
+    assert s.label == "disaggregated 6:3 (TP 2/4)"
+    assert pdsim.Disaggregated(6, 3).label == "disaggregated 6:3"
+    assert pdsim.Colocated(4, tp=2).gpus == 8
+    with pytest.raises(ValueError, match="book calibration"):
+        _one(s)
+    r = _one(s, cost=m)
+    assert r.ttft_s[0] > costs.prefill_s(3_000, tp=2)  # prefill at TP 2, plus the transfer
+    assert r.ttft_s[0] == pytest.approx(costs.prefill_s(3_000, tp=2) + r.transfer_s[0])
+    steps = sum(costs.decode_step_s(1, 3_001 + i, tp=4) for i in range(49))
+    assert r.finish_s[0] - r.first_token_s[0] == pytest.approx(steps)
+    b = pdsim.capacity_bound(s, pdsim.Traffic(), 0.040, m)
+    assert b.prefill_rps == pytest.approx(6 / costs.prefill_s(3_000, tp=2))
+    with pytest.raises(ValueError, match="prefill_tp"):
+        pdsim.Disaggregated(6, 3, prefill_tp=0)
+
+
+def test_pdsim_goodput_table_reports_gpus():
+    t = pdsim.Traffic(rate_rps=5.0, requests=200)
+    m = costs.cost_model("measured")
+    systems = [pdsim.Colocated(2), pdsim.Disaggregated(1, 1, prefill_tp=4, decode_tp=8)]
+    table = pdsim.goodput_table(systems, t, 1.0, 0.040, seeds=[0], rtol=0.2, cost=m,
+                                window=pdsim.Window(5.0, 20.0, 5.0))  # fmt: skip
+    assert list(table.gpus) == [16, 12]
+    assert list(table.prefill_gpus) == [0, 4] and list(table.decode_gpus) == [0, 8]
+
+
+def test_pdsim_book_runs_equal_stepping_with_context_terms_off():
+    """Runs of identical steps stay on for the book's costs and give the step-by-step times."""
+    t = pdsim.Traffic(rate_rps=12.0, requests=300, output_dist="lognormal", seed=4)
+    a = pdsim.simulate(pdsim.Disaggregated(5, 3), t)
+    old = pdsim.Replica.runs
+    try:
+        pdsim.Replica.runs = False
+        b = pdsim.simulate(pdsim.Disaggregated(5, 3), t)
+    finally:
+        pdsim.Replica.runs = old
+    assert np.allclose(a.finish_s, b.finish_s, rtol=1e-9, atol=1e-9)
