@@ -323,8 +323,7 @@ class Replica:
             c.prefill_s_per_pair,
             c.decode_per_context_token_s,
         )
-        if self.ckv:
-            self.runs = False  # every step reads one more token per request: no identical steps
+        self._inc = 0.0  # growth of each step of the current run (the KV read of one more token)
         self.cached: dict[int, int] = {}  # cached prompt tokens, per queued request (pair term)
         self.done_tokens: dict[int, int] = {}  # prompt tokens computed so far (pair term)
         self.ctx_base = 0  # sum over the running of (context at joining - step at joining)
@@ -373,13 +372,23 @@ class Replica:
         if run is None:
             return
         start, step_s, steps = run
-        done = math.floor((self.loop.now - start) / step_s + 1e-9)
+        inc = self._inc
+        if inc:  # step i lasts step_s + i inc: n steps end at n step_s + inc n (n - 1) / 2
+            h = step_s - inc / 2
+            done = math.floor(
+                (-h + math.sqrt(h * h + 2 * inc * (self.loop.now - start))) / inc + 1e-9
+            )
+        else:
+            done = math.floor((self.loop.now - start) / step_s + 1e-9)
         if done + 1 >= steps:
             return  # the run already ends at the next boundary
         self._token += 1
         self._run = None
         n = done + 1
-        self.loop.at(start + n * step_s, self._end, (self._token, n, (), 0))
+        end = start + n * step_s
+        if inc:
+            end += inc * n * (n - 1) / 2
+        self.loop.at(end, self._end, (self._token, n, (), 0))
 
     # -- one step ---------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -447,11 +456,16 @@ class Replica:
             and not firsts
             and (not waiting or len(running) >= self.max_batch)
         ):
-            # a pure decode step with nobody able to join: the batch (and so the step time) stays
-            # the same until the next request finishes, so run those steps as one event
+            # a pure decode step with nobody able to join: the batch stays the same until the next
+            # request finishes, so run those steps as one event (each step the same, or, with a
+            # KV-read term, longer by the read of one more token per request than the last)
             steps = running[0][0] - self.steps
             self._run = (self.loop.now, duration, steps) if steps > 1 else None
-            self.loop.at(self.loop.now + steps * duration, self._end, (self._token, steps, (), 0))
+            end = self.loop.now + steps * duration
+            self._inc = inc = self.ckv * len(running)
+            if inc:
+                end += inc * steps * (steps - 1) / 2
+            self.loop.at(end, self._end, (self._token, steps, (), 0))
             return
         self._run = None
         self.loop.at(

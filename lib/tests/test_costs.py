@@ -290,3 +290,19 @@ def test_pdsim_book_runs_equal_stepping_with_context_terms_off():
     finally:
         pdsim.Replica.runs = old
     assert np.allclose(a.finish_s, b.finish_s, rtol=1e-9, atol=1e-9)
+
+
+def test_pdsim_measured_runs_equal_stepping():
+    """Runs of decode steps that grow by one token's KV read each give the step-by-step times."""
+    m = costs.cost_model("measured")
+    t = pdsim.Traffic(rate_rps=12.0, requests=300, output_dist="lognormal", seed=4)
+    for system in (pdsim.Disaggregated(5, 3, first_step=True), pdsim.Colocated(4)):
+        a = pdsim.simulate(system, t, m)
+        old = pdsim.Replica.runs
+        try:
+            pdsim.Replica.runs = False
+            b = pdsim.simulate(system, t, m)
+        finally:
+            pdsim.Replica.runs = old
+        assert np.allclose(a.finish_s, b.finish_s, rtol=1e-9, atol=1e-9)
+        assert np.allclose(a.first_token_s, b.first_token_s, rtol=1e-9, atol=1e-9)
