@@ -59,6 +59,8 @@ from .latency import RequestTimes
 from .models import LLAMA_70B, ModelShape
 
 DISTRIBUTIONS = ("fixed", "lognormal")
+#: The default costs: :data:`kvlab.costs.BOOK` under its old name here (the same object).
+COST = BOOK
 
 
 # --- traffic ------------------------------------------------------------------------------------
