@@ -27,7 +27,10 @@ TTFT is arrival to first token. The first token comes out of prefill; for a disa
 it is counted when the KV has landed on the decode replica (the book's convention), or, with
 ``Disaggregated(first_step=True)``, at the end of the decode replica's first step with the
 request in its batch: vLLM's decode side recomputes the last prompt token before it emits
-anything, so the first token waits for a decode step. TPOT is
+anything, so the first token waits for a decode step. (vLLM ``vllm/v1/core/sched/scheduler.py``,
+``Scheduler._update_waiting_for_remote_kv``, commit 00024d31: when the received KV covers the
+whole request, ``num_computed_tokens`` is set to the request's length minus one, so the next step
+computes that token.) TPOT is
 (last token - first token) / (output tokens - 1). Goodput, after DistServe, counts requests that
 meet both a TTFT and a TPOT target.
 
