@@ -91,12 +91,19 @@ BOOK = Costs(
 )
 
 
-def as_costs(cost: CostModel) -> Costs:
-    """``cost`` as a :class:`Costs` (a plain book-style CostModel has the extra terms at zero)."""
+def as_costs(cost: CostModel | str) -> Costs:
+    """``cost`` as a :class:`Costs`: a calibration's name (``"book"``, ``"measured"``: one replica of
+    8 H100 SXM GPUs; :func:`cost_model` for other GPUs) or a plain book-style CostModel (the extra
+    terms at zero)."""
     if isinstance(cost, Costs):
         return cost
+    if isinstance(cost, str):
+        return cost_model(cost)
     if not isinstance(cost, CostModel):
-        raise ValueError(f"cost must be a kvlab.costs.Costs or assumptions.CostModel, got {cost!r}")
+        raise ValueError(
+            f"cost must be a calibration name {list(CALIBRATIONS)}, a kvlab.costs.Costs or an "
+            f"assumptions.CostModel, got {cost!r}"
+        )
     return Costs(
         prefill_s_per_token=cost.prefill_s_per_token,
         decode_base_s=cost.decode_base_s,

@@ -1,6 +1,7 @@
 """Colocated vs disaggregated serving, simulated event by event on one cost model.
 
-Costs come from :mod:`kvlab.costs` (``cost=``; default :data:`kvlab.costs.BOOK`, the book's
+Costs come from :mod:`kvlab.costs` (``cost=``: a calibration's name, ``"book"`` or ``"measured"``,
+or a :class:`kvlab.costs.Costs`; default :data:`kvlab.costs.BOOK`, the book's
 assumed round numbers, one replica = one 8-GPU server): prefill takes ``prefill_s_per_token`` per
 uncached prompt token; a decode step takes ``decode_base_s`` plus ``decode_per_request_s`` per
 running request, and gives every running request one token (continuous batching, up to
@@ -241,7 +242,7 @@ class Disaggregated:
 # --- costs at a replica's TP ---------------------------------------------------------------------
 
 
-def at_tp(cost: CostModel, tp: int) -> Costs:
+def at_tp(cost: CostModel | str, tp: int) -> Costs:
     """``cost``'s calibration re-derived for a replica of ``tp`` GPUs (``cost`` itself when its TP
     is ``tp``). The book's calibration exists at TP 8 only: other TPs raise."""
     c = as_costs(cost)
@@ -254,7 +255,7 @@ def at_tp(cost: CostModel, tp: int) -> Costs:
     return cost_model(c.calibration, gpu=c.gpu, tp=tp)
 
 
-def prefill_seconds(cost: CostModel, uncached, cached) -> np.ndarray:
+def prefill_seconds(cost: CostModel | str, uncached, cached) -> np.ndarray:
     """Prefill time of each request (whole prompts, one pass each) under ``cost``: ``uncached``
     tokens after ``cached`` ones (arrays). The book's calibration gives ``uncached x tau``."""
     c = as_costs(cost)
@@ -315,12 +316,12 @@ class Replica:
         self.loop, self.role, self.max_batch = loop, role, max_batch
         self.chunk = chunk_tokens
         self.overlap = overlap
-        self.tau, self.a, self.k = (
-            cost.prefill_s_per_token,
-            cost.decode_base_s,
-            cost.decode_per_request_s,
-        )
         c = as_costs(cost)
+        self.tau, self.a, self.k = (
+            c.prefill_s_per_token,
+            c.decode_base_s,
+            c.decode_per_request_s,
+        )
         # the measured calibration's extra terms (all zero in the book's: then none of the context
         # bookkeeping below changes a step's time, and runs of identical steps stay on)
         self.p0, self.pair, self.ckv = (
@@ -576,7 +577,9 @@ class SimResult(RequestTimes):
 class Simulation:
     """Route requests to replicas, move them between phases, record their times."""
 
-    def __init__(self, system: Colocated | Disaggregated, traffic: Traffic, cost: CostModel = BOOK):
+    def __init__(
+        self, system: Colocated | Disaggregated, traffic: Traffic, cost: CostModel | str = BOOK
+    ):
         if not isinstance(system, (Colocated, Disaggregated)):
             raise ValueError(f"system must be a Colocated or Disaggregated, got {system!r}")
         if not isinstance(traffic, Traffic):
@@ -734,7 +737,7 @@ def _queued(r: Replica) -> int:
 
 
 def simulate(
-    system: Colocated | Disaggregated, traffic: Traffic, cost: CostModel = BOOK
+    system: Colocated | Disaggregated, traffic: Traffic, cost: CostModel | str = BOOK
 ) -> SimResult:
     """Run one simulation and return per-request times."""
     return Simulation(system, traffic, cost).run()
@@ -812,7 +815,7 @@ def steady_run(
     system: Colocated | Disaggregated,
     traffic: Traffic,
     window: Window,
-    cost: CostModel = BOOK,
+    cost: CostModel | str = BOOK,
 ) -> SimResult:
     """Simulate ``traffic`` at its rate for ``window.total_s`` seconds of arrivals (its
     ``requests`` is ignored) and count only the requests arriving inside the window."""
@@ -832,7 +835,7 @@ def attainment(
     ttft_slo_s: float,
     tpot_slo_s: float,
     window: Window | None = None,
-    cost: CostModel = BOOK,
+    cost: CostModel | str = BOOK,
 ) -> float:
     """Steady-state share of requests meeting both targets at ``traffic.rate_rps`` (one seed)."""
     window = window or window_for(traffic, ttft_slo_s, tpot_slo_s)
@@ -865,7 +868,7 @@ def capacity_bound(
     system: Colocated | Disaggregated,
     traffic: Traffic,
     tpot_slo_s: float,
-    cost: CostModel = BOOK,
+    cost: CostModel | str = BOOK,
 ) -> CapacityBound:
     """Upper bound on the rate of requests meeting the TPOT target (and any TTFT target)."""
     positive("tpot_slo_s", tpot_slo_s)
@@ -922,7 +925,7 @@ def max_rate(
     guess_rps: float | None = None,
     rtol: float = 0.02,
     window: Window | None = None,
-    cost: CostModel = BOOK,
+    cost: CostModel | str = BOOK,
 ) -> float:
     """DistServe's goodput for one seed (``traffic.seed``): the highest arrival rate whose
     steady-state SLO attainment stays >= ``target``, to a relative tolerance ``rtol``.
@@ -982,7 +985,7 @@ def attainment_by_window(
     tpot_slo_s: float,
     lifetimes=(1, 2, 5, 10, 20),
     warmup_lifetimes: float = WARMUP_LIFETIMES,
-    cost: CostModel = BOOK,
+    cost: CostModel | str = BOOK,
 ) -> dict[float, float]:
     """Attainment over counted windows of each length in ``lifetimes`` (request lifetimes), all
     starting after the same warm-up, from one run as long as the longest: how long a window has
@@ -1025,7 +1028,7 @@ def goodput_table(
     rtol: float = 0.02,
     window: Window | None = None,
     processes: int = 1,
-    cost: CostModel = BOOK,
+    cost: CostModel | str = BOOK,
 ):
     """Steady-state goodput of each system over ``seeds`` (default
     :data:`kvlab.seeds.DEFAULT_SEEDS`), one row per system.
@@ -1137,7 +1140,7 @@ def point(
     ttft_slo_s: float = 1.0,
     tpot_slo_s: float = 0.040,
     window_lifetimes: float = WINDOW_LIFETIMES,
-    cost: CostModel = BOOK,
+    cost: CostModel | str = BOOK,
 ) -> Point:
     """One steady-state trial of the book's systems, for grids of runs: ``split`` is ``n``
     colocated replicas (chunked prefill) or a ``(prefill, decode)`` pair. Fixed lengths."""

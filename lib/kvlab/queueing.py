@@ -637,9 +637,9 @@ class _Sim:
                 "cost must be linear for this simulator (no fixed prefill part, attention or "
                 "KV-read term); pass kvlab.costs.linearised(cost, prompt_tokens, context_tokens)"
             )
-        self.tau = cost.prefill_s_per_token
-        self.a = cost.decode_base_s
-        self.k = cost.decode_per_request_s
+        self.tau = c.prefill_s_per_token
+        self.a = c.decode_base_s
+        self.k = c.decode_per_request_s
         self.cap = cap
         self.max_batch = max_batch
         self.chunk = chunk
@@ -694,7 +694,7 @@ def simulate(
     cache_tokens: int | None = 400_000,
     seed: int = 0,
     block_size: int = 16,
-    cost: CostModel = BOOK,
+    cost: CostModel | str = BOOK,
     max_batch: int = 256,
     chunk_tokens: int | None = None,
     prefill_only: bool = False,
@@ -745,8 +745,7 @@ def simulate(
         else check_int("record_tokens", record_tokens, lo=0) // bs
     )
     seed = check_int("seed", seed, lo=0)
-    if not isinstance(cost, CostModel):
-        raise ValueError(f"cost must be a kvlab.assumptions.CostModel, got {cost!r}")
+    cost = as_costs(cost)  # a calibration's name, or a cost model
     max_batch = check_int("max_batch", max_batch, lo=1, hi=1_000_000)
     chunk = None if chunk_tokens is None else check_int("chunk_tokens", chunk_tokens, lo=1)
     eps = non_negative("epsilon", epsilon)

@@ -198,7 +198,8 @@ def test_bad_choices(kwargs, match):
         (lambda: costs.transfer_s(1e6, 0), "bandwidth_bytes_per_s"),
         (lambda: costs.transfer_s(1e6, 1e9, links=0), "links"),
         (lambda: costs.lever_ratio(costs.BOOK, 3_000, 300, 0.01), "tpot_s"),
-        (lambda: costs.as_costs("book"), "cost must be"),
+        (lambda: costs.as_costs(3), "cost must be"),
+        (lambda: costs.as_costs("guess"), "calibration must be one of"),
     ],
 )
 def test_bad_numbers(call, match):
@@ -306,3 +307,18 @@ def test_pdsim_measured_runs_equal_stepping():
             pdsim.Replica.runs = old
         assert np.allclose(a.finish_s, b.finish_s, rtol=1e-9, atol=1e-9)
         assert np.allclose(a.first_token_s, b.first_token_s, rtol=1e-9, atol=1e-9)
+
+
+def test_simulators_take_a_calibration_name():
+    t = pdsim.Traffic(rate_rps=5.0, requests=100)
+    by_name = pdsim.simulate(pdsim.Disaggregated(2, 1, prefill_tp=4), t, "measured")
+    by_object = pdsim.simulate(
+        pdsim.Disaggregated(2, 1, prefill_tp=4), t, costs.cost_model("measured")
+    )
+    assert np.array_equal(by_name.finish_s, by_object.finish_s)
+    book = pdsim.simulate(pdsim.Colocated(2), t, "book")
+    assert np.array_equal(book.finish_s, pdsim.simulate(pdsim.Colocated(2), t).finish_s)
+    assert costs.as_costs("book") is costs.BOOK
+    w = queueing.IndependentRequests(requests=20, prompt_tokens=2_000, seed=3)
+    a = queueing.simulate(w, "round_robin", 1, 1.0, cost="book")
+    assert np.array_equal(a.finish_s, queueing.simulate(w, "round_robin", 1, 1.0).finish_s)
