@@ -56,6 +56,8 @@ PREFILL = [(t, 0) for t in (256, 512, 1024, 2048, 3000, 4096, 6000, 8192, 16384,
 #: decode points: batch x context tokens per request
 BATCHES = (1, 8, 32, 64, 100, 128, 192, 256)
 CONTEXTS = (1000, 3000, 8000, 16000, 32000)
+#: mixed steps (checked, not fitted): chunk of prompt tokens x decode batch x decode context
+MIXED = [(c, b, n) for c in (256, 512, 2048) for b in (1, 32, 128) for n in (3000, 8000)]
 
 
 def _session(system: str, tp: int):
@@ -87,8 +89,21 @@ def _run(session, mode: str, batch: int, isl: int, osl: int, prefix: int):
     return ms, bool(summary.check_oom()), float(row.get("memory", math.nan))
 
 
-def query() -> tuple[list[dict], list[dict], dict, str, list[dict]]:
+def _mixed_ms(session, chunk: int, batch: int, ctx: int) -> float:
+    """One mixed step (aiconfigurator's run_mixed): ``chunk`` prompt tokens with ``batch`` decoding
+    requests of ``ctx`` tokens of context."""
+    from aiconfigurator.sdk.config import RuntimeConfig
+    from aiconfigurator.sdk.step_estimate import MixedStepInput
+
+    rc = RuntimeConfig(batch_size=batch, isl=ctx, osl=2, prefix=0)
+    with contextlib.redirect_stdout(io.StringIO()):
+        est = session.run_mixed(rc, MixedStepInput(context_tokens=chunk, num_decode_requests=batch))
+    return float(est.latency_ms)
+
+
+def query() -> tuple[list[dict], list[dict], dict, str, list[dict], list[dict]]:
     prefill, decode, missing = [], [], {}
+    mixed: list[dict] = []  # checked against the fitted model, not fitted
     skipped: list[dict] = []  # points aiconfigurator reports as out of memory
     version = ""
     for gpu, system in SYSTEMS.items():
@@ -125,11 +140,20 @@ def query() -> tuple[list[dict], list[dict], dict, str, list[dict]]:
                 decode.append(
                     {"gpu": gpu, "tp": tp, "batch": batch, "context": ctx, "seconds": ms / 1e3}
                 )
+            fits_in_memory = {
+                (d["batch"], d["context"]) for d in decode if d["gpu"] == gpu and d["tp"] == tp
+            }
+            for chunk, batch, ctx in MIXED:
+                if (batch, ctx) not in fits_in_memory:
+                    continue
+                ms = _mixed_ms(session, chunk, batch, ctx)
+                mixed.append({"gpu": gpu, "tp": tp, "chunk": chunk, "batch": batch, "context": ctx,
+                              "seconds": ms / 1e3})  # fmt: skip
             print(
                 f"{gpu} TP {tp}: {time.time() - t0:.0f} s, {n_oom} points out of memory",
                 file=sys.stderr,
             )
-    return prefill, decode, missing, version, skipped
+    return prefill, decode, missing, version, skipped, mixed
 
 
 def _nnls_rel(X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -195,6 +219,22 @@ def fit(prefill: list[dict], decode: list[dict]) -> tuple[dict, list[dict], list
     return fits, prefill, decode
 
 
+def check_mixed(fits: dict, mixed: list[dict]) -> list[dict]:
+    """The fitted model's mixed step (one pass: the decode step plus the chunk's marginal prefill,
+    kvlab.formulas' mixed_step_seconds_model) and the sum of the two separate passes, each against
+    aiconfigurator's run_mixed."""
+    for m in mixed:
+        f = fits[m["gpu"]][str(m["tp"])]
+        b, n, u = m["batch"], m["context"], m["chunk"]
+        dec = f["decode_base_s"] + f["decode_per_request_s"] * b
+        dec += f["decode_per_context_token_s"] * b * n
+        marginal = f["prefill_s_per_token"] * u + f["prefill_s_per_pair"] * u * u / 2
+        m["model_seconds"] = dec + marginal
+        m["rel_error"] = m["model_seconds"] / m["seconds"] - 1
+        m["sum_of_two_rel_error"] = (dec + marginal + f["prefill_fixed_s"]) / m["seconds"] - 1
+    return mixed
+
+
 def aic_default(out: Path) -> None:
     """aiconfigurator's own recommendation for Problem 22's worked scenario (3,000 / 300 tokens,
     TTFT 1 s, TPOT 40 ms, 80 H100 SXM GPUs), its summary tables captured as text."""
@@ -246,8 +286,9 @@ def main(argv=None) -> int:
         aic_default(args.out.parent / "aic_default.json")
         return 0
     start = time.time()
-    prefill, decode, missing, db_version, skipped = query()
+    prefill, decode, missing, db_version, skipped, mixed = query()
     fits, prefill, decode = fit(prefill, decode)
+    mixed = check_mixed(fits, mixed)
     errs = {
         "prefill": [abs(p["rel_error"]) for p in prefill],
         "decode": [abs(d["rel_error"]) for d in decode],
@@ -262,7 +303,8 @@ def main(argv=None) -> int:
         "aiconfigurator_core": metadata.version("aiconfigurator-core"),
         "database_mode": "SILICON",
         "estimate": "InferenceSession.run_static: static_ctx (prefill, batch 1) and static_gen "
-        "(decode, 2 output tokens: one step at the given context)",
+        "(decode, 2 output tokens: one step at the given context); mixed steps (checked, not "
+        "fitted): InferenceSession.run_mixed",
         "date": dt.date.today().isoformat(),
         "python": platform.python_version(),
         "command": "python tools/fit_costs.py " + " ".join(argv or sys.argv[1:]),
@@ -275,6 +317,7 @@ def main(argv=None) -> int:
         "missing": missing,
         "out_of_memory": skipped,
         "points": {"prefill": prefill, "decode": decode},
+        "mixed_check": mixed,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=1) + "\n")

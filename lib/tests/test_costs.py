@@ -322,3 +322,21 @@ def test_simulators_take_a_calibration_name():
     w = queueing.IndependentRequests(requests=20, prompt_tokens=2_000, seed=3)
     a = queueing.simulate(w, "round_robin", 1, 1.0, cost="book")
     assert np.array_equal(a.finish_s, queueing.simulate(w, "round_robin", 1, 1.0).finish_s)
+
+
+def test_mixed_step_as_one_pass_beats_two_passes_added():
+    """aiconfigurator's mixed steps (not fitted): the one-pass rule is within 10 % (median) and
+    closer than adding the two passes up."""
+    mixed = costs.measured_data()["mixed_check"]
+    one, two = [], []
+    for m in mixed:
+        kw = dict(gpu=m["gpu"], tp=m["tp"])
+        model = costs.mixed_step_s(m["chunk"], m["batch"], m["context"], **kw)
+        apart = costs.decode_step_s(m["batch"], m["context"], **kw) + costs.prefill_s(
+            m["chunk"], **kw
+        )
+        one.append(abs(model / m["seconds"] - 1))
+        two.append(abs(apart / m["seconds"] - 1))
+    assert len(mixed) > 30
+    assert np.median(one) <= 0.10
+    assert np.median(one) < np.median(two)
