@@ -1,7 +1,9 @@
 """The book's assumptions, in one place, each with where it comes from.
 
 These are round numbers chosen to teach with (the cost model is *assumed*, not measured); the
-hardware figures are vendors' published numbers (see :mod:`kvlab.hardware`).
+hardware figures are vendors' published numbers (see :mod:`kvlab.hardware`). :data:`COST` is the
+one copy of the book's cost numbers: :mod:`kvlab.costs` builds its "book" calibration from it, and
+its "measured" calibration is fitted to aiconfigurator's database (``data/costs/measured.json``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ import sympy as sp
 
 from . import calc, formulas, hardware
 from ._validate import check_choice, check_int, check_number, fraction, non_negative, positive
-from .assumptions import COST, NIC_BYTES_PER_S
+from .assumptions import NIC_BYTES_PER_S
+from .costs import BOOK as COST
+from .costs import linearised
 from .models import ModelShape
 
 #: Bytes per stored KV value for each precision the book uses.
@@ -406,8 +408,10 @@ def size_pools(
     hit_rate: float = 0.0,
     cost=COST,
 ) -> PoolPlan:
-    """Pools for a traffic mix under the cost model ``cost`` (wraps :func:`kvlab.calc.pool_sizes`)."""
+    """Pools for a traffic mix under the cost model ``cost`` (wraps :func:`kvlab.calc.pool_sizes`;
+    a :mod:`kvlab.costs` calibration with context terms is linearised at this mix first)."""
     fraction("hit_rate", hit_rate)
+    cost = linearised(cost, prompt_tokens, prompt_tokens + output_tokens / 2)
     mu = cost.prefill_tokens_per_s
     p, d = calc.pool_sizes(
         rate_rps,

@@ -479,6 +479,110 @@ FORMULAS.update(
 )
 
 
+# --- one cost model for every simulator (issue 20) ------------------------------------------------
+t_p0 = sp.Symbol("t_p0", nonnegative=True)  # fixed part of a prefill pass, s
+eta_lin = sp.Symbol("eta_lin", positive=True)  # share of peak FLOP/s the weight matmuls reach
+eta_att = sp.Symbol("eta_att", positive=True)  # share of peak FLOP/s the attention reaches
+c_kv = sp.Symbol("c_kv", nonnegative=True)  # decode step cost per context token in the batch, s
+n_tok = sp.Symbol("n_tok", nonnegative=True)  # prompt tokens prefilled inside a mixed step
+n_msg = sp.Symbol("n_msg", nonnegative=True)  # messages a transfer is split into
+eta_kv = sp.Symbol("eta_kv", positive=True)  # share of HBM bandwidth a decode step's KV read gets
+
+t_pair = sp.Symbol("t_pair", nonnegative=True)  # prefill attention cost per (query, key) pair, s
+
+# U new tokens after c cached ones: token i attends to c + i tokens, so the pairs are U c + U^2/2
+# (U^2 / 2 at c = 0, as in _PREFILL_FLOPS). Each pair costs 2 matmuls x 2 FLOPs x d_model per layer.
+_PAIRS = U * c_tok + U**2 / 2
+_PAIR_SECONDS = 4 * L * d_model / (tp * F_peak * eta_att)
+# Prefill: a fixed part, tau per new token (the weight FLOPs; tau and the MFU it implies are linked
+# by implied_mfu with n_gpu = tp) and the attention pairs. The efficiency of the whole pass rises
+# with U because t_p0 is spread over more tokens (prefill_mfu).
+_PREFILL_MODEL = t_p0 + tau * U + t_pair * _PAIRS
+# A decode step reads the weights once (folded into the fixed part a, with the launch overhead),
+# does a little work per request (k) and reads every request's KV: n_b n_ctx tokens at c_kv each.
+_DECODE_MODEL = a + k * n_b + c_kv * n_b * ctx
+# c_kv from first principles: beta bytes per context token over tp GPUs' HBM at efficiency eta_kv.
+_KV_READ_PER_TOKEN = beta / (tp * W_hbm * eta_kv)
+# A mixed step (a chunk of n_tok prompt tokens riding with the decode batch) is one forward pass:
+# the fixed part and the weight read are paid once, so the chunk adds only its marginal cost.
+_MIXED_MODEL = _DECODE_MODEL + (_PREFILL_MODEL - t_p0).subs({U: n_tok})
+# Average-level ratio of split to colocated capacity (the lever). With steps of T seconds a replica
+# loses a / T of its time to the fixed part; the rest serves r (P + k (O - 1)) per second when it
+# also prefills (chunks ride in the steps), so colocated r_c = (1 - a/T) / (P + k (O - 1)) per
+# replica. Prefill-only replicas pay no a: 1 / P each; decode-only (1 - a/T) / (k (O - 1)). The best
+# split of N replicas serves N / (P + k (O - 1) / (1 - a/T)); over N r_c that is:
+_LEVER = (k * (O_out - 1) + t_pre) / ((1 - a / T) * t_pre + k * (O_out - 1))
+
+FORMULAS.update(
+    {
+        f.name: f
+        for f in [
+            _f(
+                "prefill_seconds_model",
+                "t_prefill",
+                _PREFILL_MODEL,
+                "prefill of U new tokens after c cached ones: fixed part, tau per token (weight "
+                "FLOPs), t_pair per attention pair over the whole context",
+                "s",
+            ),
+            _f(
+                "attention_pair_seconds",
+                t_pair,
+                _PAIR_SECONDS,
+                "prefill attention cost per (query, key) pair on tp GPUs at share eta_att of peak",
+                "s",
+            ),
+            _f(
+                "prefill_mfu",
+                "MFU_pre",
+                2 * N_params * U / (tp * F_peak * _PREFILL_MODEL),
+                "share of peak FLOP/s the weight FLOPs of a prefill reach (rises with U: the "
+                "fixed part is spread over more tokens)",
+                "1",
+            ),
+            _f(
+                "decode_step_seconds_model",
+                "t_dec",
+                _DECODE_MODEL,
+                "decode step of n_b requests with n_ctx context tokens each: fixed part (weights "
+                "and overhead), per-request cost, KV read",
+                "s",
+            ),
+            _f(
+                "kv_read_seconds_per_token",
+                c_kv,
+                _KV_READ_PER_TOKEN,
+                "time to read one context token's KV on tp GPUs at share eta of HBM bandwidth",
+                "s",
+            ),
+            _f(
+                "mixed_step_seconds_model",
+                "t_mix",
+                _MIXED_MODEL,
+                "one step carrying a chunk of n_tok prompt tokens (after c cached) and a decode "
+                "batch: the prefill's fixed part is not paid twice",
+                "s",
+            ),
+            _f(
+                "transfer_seconds_messages",
+                "t_xfer_msg",
+                t_0 + B_kv / (n_links * W) + n_msg * t_m,
+                "B bytes over n_links links, sent as n_msg messages of fixed cost t_m each",
+                "s",
+            ),
+            _f(
+                "split_colocated_ratio",
+                "r_split",
+                _LEVER,
+                "average-level capacity of a split fleet over a colocated one: decode-only "
+                "replicas shed the fixed step part a from each request's prefill time",
+                "1",
+            ),
+        ]
+    }
+)
+
+
 def formula(name: str) -> Formula:
     try:
         return FORMULAS[name]

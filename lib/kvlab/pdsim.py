@@ -1,9 +1,16 @@
-"""Colocated vs disaggregated serving, simulated event by event on the book's cost model.
+"""Colocated vs disaggregated serving, simulated event by event on one cost model.
 
-One replica is one 8-GPU server. Its costs (:data:`kvlab.assumptions.COST`): prefill takes
-``prefill_s_per_token`` per uncached prompt token; a decode step takes ``decode_base_s`` plus
-``decode_per_request_s`` per running request, and gives every running request one token
-(continuous batching, up to ``max_batch`` requests; the rest wait for a slot).
+Costs come from :mod:`kvlab.costs` (``cost=``: a calibration's name, ``"book"`` or ``"measured"``,
+or a :class:`kvlab.costs.Costs`; default :data:`kvlab.costs.BOOK`, the book's
+assumed round numbers, one replica = one 8-GPU server): prefill takes ``prefill_s_per_token`` per
+uncached prompt token; a decode step takes ``decode_base_s`` plus ``decode_per_request_s`` per
+running request, and gives every running request one token (continuous batching, up to
+``max_batch`` requests; the rest wait for a slot). A measured calibration
+(``kvlab.costs.cost_model("measured", gpu=..., tp=...)``) adds a fixed prefill part, attention
+over the context, and a decode term per context token in the batch (the KV read); the replica
+then tracks its batch's total context step by step. A replica's TP comes from its system
+(``Colocated.tp``, ``Disaggregated.prefill_tp`` / ``decode_tp``): the cost model is re-derived at
+that TP from the same calibration (the book's is defined at TP 8 only).
 
 Two ways to spend the same replicas:
 
@@ -18,7 +25,13 @@ Two ways to spend the same replicas:
   the exposed part).
 
 TTFT is arrival to first token. The first token comes out of prefill; for a disaggregated request
-it is counted when the KV has landed on the decode replica (the conservative convention). TPOT is
+it is counted when the KV has landed on the decode replica (the book's convention), or, with
+``Disaggregated(first_step=True)``, at the end of the decode replica's first step with the
+request in its batch: vLLM's decode side recomputes the last prompt token before it emits
+anything, so the first token waits for a decode step. (vLLM ``vllm/v1/core/sched/scheduler.py``,
+``Scheduler._update_waiting_for_remote_kv``, commit 00024d31: when the received KV covers the
+whole request, ``num_computed_tokens`` is set to the request's length minus one, so the next step
+computes that token.) TPOT is
 (last token - first token) / (output tokens - 1). Goodput, after DistServe, counts requests that
 meet both a TTFT and a TPOT target.
 
@@ -44,11 +57,14 @@ import numpy as np
 
 from . import disagg
 from ._validate import check_choice, check_int, check_number, fraction, non_negative, positive
-from .assumptions import COST, CostModel
+from .assumptions import CostModel
+from .costs import BOOK, Costs, as_costs, cost_model, prefill_array
 from .latency import RequestTimes
 from .models import LLAMA_70B, ModelShape
 
 DISTRIBUTIONS = ("fixed", "lognormal")
+#: The default costs: :data:`kvlab.costs.BOOK` under its old name here (the same object).
+COST = BOOK
 
 
 # --- traffic ------------------------------------------------------------------------------------
@@ -113,9 +129,11 @@ class Colocated:
     chunk_tokens: int | None = 512
     max_batch: int = 256
     overlap: float = 0.0
+    tp: int = 8  # GPUs per replica (the cost model is taken at this TP)
 
     def __post_init__(self):
         check_int("replicas", self.replicas, lo=1)
+        check_int("tp", self.tp, lo=1)
         if self.chunk_tokens is not None:
             check_int("chunk_tokens", self.chunk_tokens, lo=1)
         check_int("max_batch", self.max_batch, lo=1)
@@ -126,15 +144,27 @@ class Colocated:
         return self.replicas
 
     @property
+    def gpus(self) -> int:
+        return self.replicas * self.tp
+
+    @property
     def label(self) -> str:
         chunk = f"chunk {self.chunk_tokens}" if self.chunk_tokens else "no chunking"
         overlap = "" if self.overlap == 0 else f", overlap {self.overlap:g}"
-        return f"colocated x{self.replicas} ({chunk}{overlap})"
+        tp = "" if self.tp == 8 else f", TP {self.tp}"
+        return f"colocated x{self.replicas} ({chunk}{overlap}{tp})"
 
 
 @dataclass(frozen=True)
 class Disaggregated:
-    """``prefill`` prefill-only and ``decode`` decode-only replicas, KV shipped in between."""
+    """``prefill`` prefill-only and ``decode`` decode-only replicas, KV shipped in between.
+
+    ``tp`` is the GPUs per replica on both sides unless ``prefill_tp`` / ``decode_tp`` set a side
+    of its own (per-phase parallelism; the KV then crosses ``min`` of the two GPUs' links in
+    parallel). ``first_step``: the first token comes out of the decode replica's first step, not
+    when the KV lands (see the module's docstring). ``per_message_s``: fixed cost of each message
+    of a transfer (one per layer when ``layerwise``, one otherwise).
+    """
 
     prefill: int = 6
     decode: int = 3
@@ -145,6 +175,10 @@ class Disaggregated:
     precision: str = "fp16"
     tp: int = 8
     model: ModelShape = field(default=LLAMA_70B)
+    prefill_tp: int | None = None
+    decode_tp: int | None = None
+    first_step: bool = False
+    per_message_s: float = 0.0
 
     def __post_init__(self):
         check_int("prefill", self.prefill, lo=1)
@@ -154,29 +188,81 @@ class Disaggregated:
         non_negative("setup_s", self.setup_s)
         disagg.bytes_per_value(self.precision)
         check_int("tp", self.tp, lo=1)
+        if self.prefill_tp is not None:
+            check_int("prefill_tp", self.prefill_tp, lo=1)
+        if self.decode_tp is not None:
+            check_int("decode_tp", self.decode_tp, lo=1)
+        non_negative("per_message_s", self.per_message_s)
+
+    @property
+    def p_tp(self) -> int:
+        """GPUs per prefill replica."""
+        return self.tp if self.prefill_tp is None else self.prefill_tp
+
+    @property
+    def d_tp(self) -> int:
+        """GPUs per decode replica."""
+        return self.tp if self.decode_tp is None else self.decode_tp
 
     @property
     def total(self) -> int:
         return self.prefill + self.decode
 
     @property
+    def gpus(self) -> int:
+        return self.prefill * self.p_tp + self.decode * self.d_tp
+
+    @property
+    def gpu_split(self) -> tuple[int, int]:
+        """(prefill GPUs, decode GPUs): P : D in GPUs, where ``prefill : decode`` is in replicas."""
+        return self.prefill * self.p_tp, self.decode * self.d_tp
+
+    @property
     def label(self) -> str:
-        return f"disaggregated {self.prefill}:{self.decode}"
+        tps = "" if (self.p_tp, self.d_tp) == (8, 8) else f" (TP {self.p_tp}/{self.d_tp})"
+        return f"disaggregated {self.prefill}:{self.decode}{tps}"
 
     def transfer_seconds(self, prompt: np.ndarray, prefill_s: np.ndarray) -> np.ndarray:
         """Per-request KV transfer time (exposed part only when ``layerwise``)."""
-        one = disagg.kv_transfer(self.model, 1, self.precision, self.tp, self.link)
+        tp = min(self.p_tp, self.d_tp)
+        one = disagg.kv_transfer(self.model, 1, self.precision, tp, self.link)
         full = self.setup_s + prompt * one.seconds  # linear in tokens (no set-up in ``one``)
         if not self.layerwise:
-            return full
+            return full + self.per_message_s if self.per_message_s else full
         exposed = disagg.evaluate_array(
             "exposed_transfer",
             t_pre=np.asarray(prefill_s, float),
             t_x=full - self.setup_s,
             L=self.model.layers,
-            t_m=0.0,
+            t_m=self.per_message_s,
         )
         return self.setup_s + np.asarray(exposed, float)
+
+
+# --- costs at a replica's TP ---------------------------------------------------------------------
+
+
+def at_tp(cost: CostModel | str, tp: int) -> Costs:
+    """``cost``'s calibration re-derived for a replica of ``tp`` GPUs (``cost`` itself when its TP
+    is ``tp``). The book's calibration exists at TP 8 only: other TPs raise."""
+    c = as_costs(cost)
+    if c.tp == tp:
+        return c
+    if c.calibration == "book" and c != BOOK:
+        raise ValueError(
+            f"a custom book-style cost model is defined at TP {c.tp} only, got tp={tp}"
+        )
+    return cost_model(c.calibration, gpu=c.gpu, tp=tp)
+
+
+def prefill_seconds(cost: CostModel | str, uncached, cached) -> np.ndarray:
+    """Prefill time of each request (whole prompts, one pass each) under ``cost``: ``uncached``
+    tokens after ``cached`` ones (arrays). The book's calibration gives ``uncached x tau``."""
+    c = as_costs(cost)
+    u = np.asarray(uncached)
+    if not (c.prefill_s_per_pair or c.prefill_fixed_s):
+        return u * c.prefill_s_per_token  # the book's linear prefill, as before
+    return prefill_array(c, u, cached)
 
 
 # --- the event loop -----------------------------------------------------------------------------
@@ -225,16 +311,32 @@ class Replica:
         overlap: float = 0.0,
         on_prefilled: Callable | None = None,
         on_finished: Callable | None = None,
+        on_first: Callable | None = None,
     ):
         self.loop, self.role, self.max_batch = loop, role, max_batch
         self.chunk = chunk_tokens
         self.overlap = overlap
+        c = as_costs(cost)
         self.tau, self.a, self.k = (
-            cost.prefill_s_per_token,
-            cost.decode_base_s,
-            cost.decode_per_request_s,
+            c.prefill_s_per_token,
+            c.decode_base_s,
+            c.decode_per_request_s,
         )
+        # the measured calibration's extra terms (all zero in the book's: then none of the context
+        # bookkeeping below changes a step's time, and runs of identical steps stay on)
+        self.p0, self.pair, self.ckv = (
+            c.prefill_fixed_s,
+            c.prefill_s_per_pair,
+            c.decode_per_context_token_s,
+        )
+        self._inc = 0.0  # growth of each step of the current run (the KV read of one more token)
+        self.cached: dict[int, int] = {}  # cached prompt tokens, per queued request (pair term)
+        self.done_tokens: dict[int, int] = {}  # prompt tokens computed so far (pair term)
+        self.ctx_base = 0  # sum over the running of (context at joining - step at joining)
+        self.ctx_of: dict[int, int] = {}
+        self.first_q: list[int] = []  # joined this step and emit their first token at its end
         self.on_prefilled, self.on_finished = on_prefilled, on_finished
+        self.on_first = on_first
         self.prefill_q: deque = deque()  # request ids waiting for (the rest of) their prefill
         self.left: dict[int, int] = {}  # prefill tokens still to compute, per queued request
         self.queued_tokens = 0  # prompt tokens waiting for a step
@@ -250,15 +352,20 @@ class Replica:
         self._started = 0.0  # when the current busy stretch's step began
 
     # -- inputs -----------------------------------------------------------------------------------
-    def add_prefill(self, rid: int, tokens: int) -> None:
+    def add_prefill(self, rid: int, tokens: int, cached: int = 0) -> None:
         self.prefill_q.append(rid)
         self.left[rid] = tokens
         self.queued_tokens += tokens
         self.pending_tokens += tokens
+        if self.pair:
+            self.cached[rid] = cached
+            self.done_tokens[rid] = 0
         self._wake()
 
-    def add_decode(self, rid: int, tokens: int) -> None:
-        self.waiting.append((rid, tokens))
+    def add_decode(self, rid: int, tokens: int, context: int = 0, first: bool = False) -> None:
+        """Decode ``tokens`` tokens for ``rid``, whose context is ``context`` tokens on joining;
+        ``first``: tell ``on_first`` when its first step ends."""
+        self.waiting.append((rid, tokens, context, first))
         self._wake()
 
     def _wake(self) -> None:
@@ -271,22 +378,39 @@ class Replica:
         if run is None:
             return
         start, step_s, steps = run
-        done = math.floor((self.loop.now - start) / step_s + 1e-9)
+        inc = self._inc
+        if inc:  # step i lasts step_s + i inc: n steps end at n step_s + inc n (n - 1) / 2
+            h = step_s - inc / 2
+            done = math.floor(
+                (-h + math.sqrt(h * h + 2 * inc * (self.loop.now - start))) / inc + 1e-9
+            )
+        else:
+            done = math.floor((self.loop.now - start) / step_s + 1e-9)
         if done + 1 >= steps:
             return  # the run already ends at the next boundary
         self._token += 1
         self._run = None
         n = done + 1
-        self.loop.at(start + n * step_s, self._end, (self._token, n, (), 0))
+        end = start + n * step_s
+        if inc:
+            end += inc * n * (n - 1) / 2
+        self.loop.at(end, self._end, (self._token, n, (), 0))
 
     # -- one step ---------------------------------------------------------------------------------
     def _start(self) -> None:
         running, waiting = self.running, self.waiting
+        firsts = self.first_q
         while waiting and len(running) < self.max_batch:
-            rid, tokens = waiting.popleft()
+            rid, tokens, context, first = waiting.popleft()
             heapq.heappush(running, (self.steps + tokens, rid))
+            if self.ckv:
+                self.ctx_of[rid] = context - self.steps
+                self.ctx_base += context - self.steps
+            if first:
+                firsts.append(rid)
         done: list[int] = []
         pre_tokens = 0
+        pairs = 0.0  # attention pairs of the prompt tokens in this step (only with a pair cost)
         q = self.prefill_q
         if q:
             if self.role == "colocated" and self.chunk is not None:
@@ -296,6 +420,10 @@ class Replica:
                     take = min(budget, self.left[rid])
                     budget -= take
                     pre_tokens += take
+                    if self.pair:
+                        before = self.cached[rid] + self.done_tokens[rid]
+                        pairs += take * before + take * take / 2
+                        self.done_tokens[rid] += take
                     if take == self.left[rid]:
                         q.popleft()
                         del self.left[rid]
@@ -306,23 +434,44 @@ class Replica:
                 rid = q.popleft()
                 pre_tokens = self.left.pop(rid)
                 done.append(rid)
+                if self.pair:
+                    pairs = pre_tokens * self.cached[rid] + pre_tokens * pre_tokens / 2
             self.queued_tokens -= pre_tokens
+            if self.pair:
+                for rid in done:
+                    del self.cached[rid], self.done_tokens[rid]
         decoding = bool(running) and (self.chunk is not None or not done)
         if not done and not pre_tokens and not decoding:
             self.busy = False
             return
         pre_s = pre_tokens * self.tau
+        if self.pair:
+            pre_s += self.pair * pairs
+        if self.p0 and pre_tokens and not decoding:
+            pre_s += self.p0  # a pass of prompt tokens alone pays the fixed part once
         dec_s = self.a + self.k * len(running) if decoding else 0.0
+        if self.ckv and decoding:
+            dec_s += self.ckv * (self.ctx_base + len(running) * self.steps)
         duration = pre_s + dec_s - self.overlap * min(pre_s, dec_s)
         self.busy = True
         self._started = self.loop.now
         self._token += 1
-        if self.runs and pre_tokens == 0 and (not waiting or len(running) >= self.max_batch):
-            # a pure decode step with nobody able to join: the batch (and so the step time) stays
-            # the same until the next request finishes, so run those steps as one event
+        if (
+            self.runs
+            and pre_tokens == 0
+            and not firsts
+            and (not waiting or len(running) >= self.max_batch)
+        ):
+            # a pure decode step with nobody able to join: the batch stays the same until the next
+            # request finishes, so run those steps as one event (each step the same, or, with a
+            # KV-read term, longer by the read of one more token per request than the last)
             steps = running[0][0] - self.steps
             self._run = (self.loop.now, duration, steps) if steps > 1 else None
-            self.loop.at(self.loop.now + steps * duration, self._end, (self._token, steps, (), 0))
+            end = self.loop.now + steps * duration
+            self._inc = inc = self.ckv * len(running)
+            if inc:
+                end += inc * steps * (steps - 1) / 2
+            self.loop.at(end, self._end, (self._token, steps, (), 0))
             return
         self._run = None
         self.loop.at(
@@ -341,9 +490,15 @@ class Replica:
         # fingerprints: it waits for the next grid recompute.
         if steps:
             self.steps += steps
+            if self.first_q:
+                for rid in self.first_q:
+                    self.on_first(self, rid)  # type: ignore[misc]
+                self.first_q = []
             running = self.running
             while running and running[0][0] <= self.steps:
                 _, rid = heapq.heappop(running)
+                if self.ckv:
+                    self.ctx_base -= self.ctx_of.pop(rid)
                 self.on_finished(self, rid)  # type: ignore[misc]
         for rid in done:
             self.on_prefilled(self, rid)  # type: ignore[misc]
@@ -422,12 +577,19 @@ class SimResult(RequestTimes):
 class Simulation:
     """Route requests to replicas, move them between phases, record their times."""
 
-    def __init__(self, system: Colocated | Disaggregated, traffic: Traffic, cost: CostModel = COST):
+    def __init__(
+        self, system: Colocated | Disaggregated, traffic: Traffic, cost: CostModel | str = BOOK
+    ):
         if not isinstance(system, (Colocated, Disaggregated)):
             raise ValueError(f"system must be a Colocated or Disaggregated, got {system!r}")
         if not isinstance(traffic, Traffic):
             raise ValueError(f"traffic must be a Traffic, got {traffic!r}")
         self.system, self.traffic, self.cost = system, traffic, cost
+        if isinstance(system, Colocated):
+            cost_p = cost_d = at_tp(cost, system.tp)
+        else:
+            cost_p, cost_d = at_tp(cost, system.p_tp), at_tp(cost, system.d_tp)
+        self.cost_p, self.cost_d = cost_p, cost_d
         s = traffic.sample()
         self.arrival, self.prompt, self.uncached, self.output = (
             s["arrival_s"],
@@ -438,7 +600,7 @@ class Simulation:
         n = traffic.requests
         if isinstance(system, Disaggregated):
             self.xfer = system.transfer_seconds(
-                self.prompt, self.uncached * cost.prefill_s_per_token
+                self.prompt, prefill_seconds(cost_p, self.uncached, self.prompt - self.uncached)
             )
         else:
             self.xfer = np.zeros(n)
@@ -449,6 +611,8 @@ class Simulation:
         self._window = (0.0, 0.0)
         self._out = self.output.tolist()
         self._unc = self.uncached.tolist()
+        self._cached = (self.prompt - self.uncached).tolist()
+        self._prompt = self.prompt.tolist()
         self._xf = self.xfer.tolist()
         self._arr = self.arrival.tolist()
         self._first = [math.nan] * n
@@ -459,7 +623,7 @@ class Simulation:
                 Replica(
                     loop,
                     "colocated",
-                    cost,
+                    cost_p,
                     system.max_batch,
                     system.chunk_tokens,
                     system.overlap,
@@ -471,11 +635,21 @@ class Simulation:
             self.back = self.front
         else:
             self.front = [
-                Replica(loop, "prefill", cost, 1, None, 0.0, self._prefilled_disagg, None)
+                Replica(loop, "prefill", cost_p, 1, None, 0.0, self._prefilled_disagg, None)
                 for _ in range(system.prefill)
             ]
             self.back = [
-                Replica(loop, "decode", cost, system.max_batch, None, 0.0, None, self._finished)
+                Replica(
+                    loop,
+                    "decode",
+                    cost_d,
+                    system.max_batch,
+                    None,
+                    0.0,
+                    None,
+                    self._finished,
+                    self._first_from_decode,
+                )
                 for _ in range(system.decode)
             ]
 
@@ -497,15 +671,18 @@ class Simulation:
         else:
             r = min(self.front, key=_queued)
         r.load += 1
-        r.add_prefill(rid, self._unc[rid])
+        r.add_prefill(rid, self._unc[rid], self._cached[rid])
 
     def _first_token(self, replica: Replica, rid: int) -> None:
         self._first[rid] = self.loop.now
         tokens = self._out[rid] - 1
         if tokens > 0:
-            replica.add_decode(rid, tokens)
+            replica.add_decode(rid, tokens, self._prompt[rid] + 1)
         else:
             self._finished(replica, rid)
+
+    def _first_from_decode(self, replica: Replica, rid: int) -> None:
+        self._first[rid] = self.loop.now  # (a one-token request then finishes in the same step)
 
     def _prefilled_colocated(self, replica: Replica, rid: int) -> None:
         self._first_token(replica, rid)
@@ -518,7 +695,11 @@ class Simulation:
 
     def _landed(self, arg) -> None:
         target, rid = arg
-        self._first_token(target, rid)
+        if self.system.first_step:  # type: ignore[union-attr]
+            # the decode side recomputes the last prompt token: all O tokens come from its steps
+            target.add_decode(rid, self._out[rid], self._prompt[rid], first=True)
+        else:
+            self._first_token(target, rid)
 
     def _finished(self, replica: Replica, rid: int) -> None:
         replica.load -= 1
@@ -556,7 +737,7 @@ def _queued(r: Replica) -> int:
 
 
 def simulate(
-    system: Colocated | Disaggregated, traffic: Traffic, cost: CostModel = COST
+    system: Colocated | Disaggregated, traffic: Traffic, cost: CostModel | str = BOOK
 ) -> SimResult:
     """Run one simulation and return per-request times."""
     return Simulation(system, traffic, cost).run()
@@ -634,7 +815,7 @@ def steady_run(
     system: Colocated | Disaggregated,
     traffic: Traffic,
     window: Window,
-    cost: CostModel = COST,
+    cost: CostModel | str = BOOK,
 ) -> SimResult:
     """Simulate ``traffic`` at its rate for ``window.total_s`` seconds of arrivals (its
     ``requests`` is ignored) and count only the requests arriving inside the window."""
@@ -654,7 +835,7 @@ def attainment(
     ttft_slo_s: float,
     tpot_slo_s: float,
     window: Window | None = None,
-    cost: CostModel = COST,
+    cost: CostModel | str = BOOK,
 ) -> float:
     """Steady-state share of requests meeting both targets at ``traffic.rate_rps`` (one seed)."""
     window = window or window_for(traffic, ttft_slo_s, tpot_slo_s)
@@ -687,18 +868,29 @@ def capacity_bound(
     system: Colocated | Disaggregated,
     traffic: Traffic,
     tpot_slo_s: float,
-    cost: CostModel = COST,
+    cost: CostModel | str = BOOK,
 ) -> CapacityBound:
     """Upper bound on the rate of requests meeting the TPOT target (and any TTFT target)."""
     positive("tpot_slo_s", tpot_slo_s)
-    a, k, tau = cost.decode_base_s, cost.decode_per_request_s, cost.prefill_s_per_token
+    if isinstance(system, Colocated):
+        cost_p = cost_d = at_tp(cost, system.tp)
+    else:
+        cost_p, cost_d = at_tp(cost, system.p_tp), at_tp(cost, system.d_tp)
+    a, k = cost_d.decode_base_s, cost_d.decode_per_request_s
+    if cost_d.decode_per_context_token_s:  # the KV read at the mean context of a decoding request
+        k = k + cost_d.decode_per_context_token_s * (
+            traffic.prompt_tokens + traffic.output_tokens / 2
+        )
     if tpot_slo_s <= a:
         raise ValueError(
             f"tpot_slo_s must exceed the decode step's fixed part {a} s, got {tpot_slo_s}"
         )
     uncached = max(1.0, math.ceil(traffic.prompt_tokens * (1 - traffic.hit_rate) - 1e-9))
     steps = max(traffic.output_tokens - 1, 0)
-    pre_s = uncached * tau  # replica-seconds of prefill per request
+    # replica-seconds of prefill per request (a colocated chunk rides in a step: no fixed part)
+    pre_s = float(prefill_seconds(cost_p, uncached, traffic.prompt_tokens - uncached))
+    if isinstance(system, Colocated):
+        pre_s -= cost_p.prefill_fixed_s
     # replica-seconds of decode per request meeting TPOT: (O - 1) steps of batch <= b*, so at
     # least (O - 1) x k x t / (t - a) (the fixed part a shared by at most b* requests)
     batch = min((tpot_slo_s - a) / k, system.max_batch)
@@ -733,7 +925,7 @@ def max_rate(
     guess_rps: float | None = None,
     rtol: float = 0.02,
     window: Window | None = None,
-    cost: CostModel = COST,
+    cost: CostModel | str = BOOK,
 ) -> float:
     """DistServe's goodput for one seed (``traffic.seed``): the highest arrival rate whose
     steady-state SLO attainment stays >= ``target``, to a relative tolerance ``rtol``.
@@ -793,7 +985,7 @@ def attainment_by_window(
     tpot_slo_s: float,
     lifetimes=(1, 2, 5, 10, 20),
     warmup_lifetimes: float = WARMUP_LIFETIMES,
-    cost: CostModel = COST,
+    cost: CostModel | str = BOOK,
 ) -> dict[float, float]:
     """Attainment over counted windows of each length in ``lifetimes`` (request lifetimes), all
     starting after the same warm-up, from one run as long as the longest: how long a window has
@@ -836,12 +1028,13 @@ def goodput_table(
     rtol: float = 0.02,
     window: Window | None = None,
     processes: int = 1,
-    cost: CostModel = COST,
+    cost: CostModel | str = BOOK,
 ):
     """Steady-state goodput of each system over ``seeds`` (default
     :data:`kvlab.seeds.DEFAULT_SEEDS`), one row per system.
 
     Columns: ``system``, ``prefill`` and ``decode`` (0 for colocated), ``replicas``,
+    ``prefill_gpus``, ``decode_gpus`` (P : D in GPUs; 0 for colocated) and ``gpus``,
     ``goodput`` (a :class:`kvlab.seeds.Spread` of the per-seed rates, requests/s), its
     ``goodput_rps`` mean, ``std``, ``lo`` and ``hi``, and ``capacity_rps`` (the capacity bound).
     The first seed's search starts from the capacity bound; the other seeds start from its
@@ -898,12 +1091,16 @@ def goodput_table(
         values = [first[i], *rest[i * per : (i + 1) * per]]
         spread = seeds_mod.summarise(values, seed_list)
         p, d = (system.prefill, system.decode) if isinstance(system, Disaggregated) else (0, 0)
+        gp, gd = system.gpu_split if isinstance(system, Disaggregated) else (0, 0)
         rows.append(
             {
                 "system": system.label,
                 "prefill": p,
                 "decode": d,
                 "replicas": system.total,
+                "prefill_gpus": gp,
+                "decode_gpus": gd,
+                "gpus": system.gpus,
                 "goodput": spread,
                 "goodput_rps": spread.mean,
                 "std": spread.std,
@@ -943,7 +1140,7 @@ def point(
     ttft_slo_s: float = 1.0,
     tpot_slo_s: float = 0.040,
     window_lifetimes: float = WINDOW_LIFETIMES,
-    cost: CostModel = COST,
+    cost: CostModel | str = BOOK,
 ) -> Point:
     """One steady-state trial of the book's systems, for grids of runs: ``split`` is ``n``
     colocated replicas (chunked prefill) or a ``(prefill, decode)`` pair. Fixed lengths."""
@@ -979,12 +1176,14 @@ __all__ = [
     "Window",
     "attainment",
     "attainment_by_window",
+    "at_tp",
     "bench",
     "capacity_bound",
     "goodput_table",
     "lifetime_s",
     "max_rate",
     "point",
+    "prefill_seconds",
     "simulate",
     "splits",
     "steady_run",

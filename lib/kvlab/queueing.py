@@ -12,7 +12,8 @@ reproduce the untimed demo's traffic, not as a model of chat), or a trace's own 
 Each request is routed to a replica by a :mod:`kvlab.routing` policy, waits in that replica's FIFO
 prefill queue, is prefilled, then decodes with continuous batching.
 
-Per replica (costs from :data:`kvlab.assumptions.COST`, configurable):
+Per replica (costs from :mod:`kvlab.costs`, default its book calibration :data:`kvlab.costs.BOOK`;
+a linear cost model only: a measured calibration goes in through :func:`kvlab.costs.linearised`):
 
 * **Prefix cache**: the exact semantics of :mod:`kvlab.fleet` (blocks of ``block_size`` tokens, LRU,
   deepest blocks of a request evicted first), kept as fleet's per-entry ``OrderedDict`` and
@@ -74,7 +75,8 @@ import numpy as np
 
 from . import calc, routing
 from ._validate import check_choice, check_int, check_number, non_negative, positive
-from .assumptions import COST, CostModel
+from .assumptions import CostModel
+from .costs import BOOK, as_costs
 from .fleet import _touch
 from .latency import RequestTimes
 from .workload import ChatWorkload, Paths
@@ -660,9 +662,15 @@ class _Sim:
         self.dec = (
             np.zeros(n, dtype=np.int64) if prefill_only else np.maximum(out - 1, 0)
         ).tolist()
-        self.tau = cost.prefill_s_per_token
-        self.a = cost.decode_base_s
-        self.k = cost.decode_per_request_s
+        c = as_costs(cost)
+        if c.prefill_fixed_s or c.prefill_s_per_pair or c.decode_per_context_token_s:
+            raise ValueError(
+                "cost must be linear for this simulator (no fixed prefill part, attention or "
+                "KV-read term); pass kvlab.costs.linearised(cost, prompt_tokens, context_tokens)"
+            )
+        self.tau = c.prefill_s_per_token
+        self.a = c.decode_base_s
+        self.k = c.decode_per_request_s
         self.cap = cap
         self.max_batch = max_batch
         self.chunk = chunk
@@ -717,7 +725,7 @@ def simulate(
     cache_tokens: int | None = 400_000,
     seed: int = 0,
     block_size: int = 16,
-    cost: CostModel = COST,
+    cost: CostModel | str = BOOK,
     max_batch: int = 256,
     chunk_tokens: int | None = None,
     prefill_only: bool = False,
@@ -781,8 +789,7 @@ def simulate(
         else check_int("record_tokens", record_tokens, lo=0) // bs
     )
     seed = check_int("seed", seed, lo=0)
-    if not isinstance(cost, CostModel):
-        raise ValueError(f"cost must be a kvlab.assumptions.CostModel, got {cost!r}")
+    cost = as_costs(cost)  # a calibration's name, or a cost model
     max_batch = check_int("max_batch", max_batch, lo=1, hi=1_000_000)
     chunk = None if chunk_tokens is None else check_int("chunk_tokens", chunk_tokens, lo=1)
     eps = non_negative("epsilon", epsilon)
