@@ -72,7 +72,23 @@ ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "data" / "explorer" / "routing-grid.json"
 
 _SIM_SOURCES = (
-    (fleet, ("FleetResult", "_evict", "_touch", "_choose_cache_aware", "_run_chat", "simulate")),
+    (
+        fleet,
+        (
+            "FleetResult",
+            "_unlink",
+            "_push_back",
+            "_evict_lru",
+            "_set_mru",
+            "_pick_cache_aware",
+            "_chat_loop",
+            "_kernels",
+            "_dense",
+            "_node_arrays",
+            "_run_fast",
+            "simulate",
+        ),
+    ),
     (fleet, ("simulate_all",)),
     (
         routing,
@@ -155,6 +171,7 @@ def code_fingerprint(obj) -> str:
     """The source of a module, class or function as it executes: parsed, with docstrings, type
     annotations, comments and layout removed, dumped as text. A change there (a docstring, a
     type hint) leaves the fingerprint, and the grids cached under it, as they were."""
+    obj = getattr(obj, "py_func", obj)  # a numba-compiled function: its Python source
     tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
     return ast.dump(_DropNonSemantics().visit(tree), include_attributes=False)
 
