@@ -247,20 +247,19 @@ def _run_job(job) -> list[tuple]:
     return out
 
 
-def _compute(processes: int | None) -> tuple[list[dict], float]:
-    import multiprocessing as mp
+def _compute(processes: int | None, executor=None) -> tuple[list[dict], float]:
+    from .sweep import sweep
 
     jobs = _jobs()
     # the biggest jobs first, so the last ones to finish are short
     jobs.sort(key=lambda j: -len(j[3]))
-    if processes is None:
-        processes = os.cpu_count() or 1
     t0 = time.perf_counter()
-    if processes > 1 and "fork" in mp.get_all_start_methods():
-        with mp.get_context("fork").Pool(processes) as pool:
-            parts = pool.map(_run_job, jobs, chunksize=1)
+    if executor is not None:
+        parts = sweep(_run_job, jobs, executor=executor, desc="routing grid")
     else:
-        parts = [_run_job(j) for j in jobs]
+        parts = sweep(
+            _run_job, jobs, processes=processes or os.cpu_count() or 1, desc="routing grid"
+        )
     seconds = time.perf_counter() - t0
     runs: dict[tuple, list] = {}
     for part in parts:
@@ -321,10 +320,14 @@ def store(path: Path, data: dict) -> dict:
 
 
 def routing_grid(
-    path: Path | str | None = None, processes: int | None = None, rebuild: bool = False
+    path: Path | str | None = None,
+    processes: int | None = None,
+    rebuild: bool = False,
+    executor=None,
 ) -> dict:
     """The explorer's grid: loaded from ``path`` (default :data:`CACHE`) when its key matches
-    :func:`cache_key`, else computed on ``processes`` cores (default: all) and written there.
+    :func:`cache_key`, else computed on ``processes`` cores (default: all), or on ``executor``
+    (any ``concurrent.futures.Executor``, see :mod:`kvlab.sweep`), and written there.
 
     Returns ``{"key", "grid", "defaults", "seeds", "rows", "seconds", "rebuilt"}``; ``seconds`` is
     the compute time of the stored grid, ``rebuilt`` whether this call computed it.
@@ -334,7 +337,7 @@ def routing_grid(
     cached = None if rebuild else load_cached(path, key)
     if cached is not None:
         return cached
-    rows, seconds = _compute(processes)
+    rows, seconds = _compute(processes, executor)
     data = {
         "key": key,
         "grid": {k: list(v) for k, v in GRID.items()},

@@ -627,12 +627,16 @@ _SHARED: dict = {}
 
 
 def _seed_job(job) -> dict[str, dict[str, float]]:
-    """One (workload, seed) job: every policy's figures."""
-    wkey, seed, policies, kwargs, fields = job
+    """One (workload, seed) job: every policy's figures. A fixed workload travels in the job
+    (``w`` set: an executor given by the caller) or is inherited from the parent (``_SHARED``)."""
+    wkey, seed, policies, kwargs, fields, w = job
     from . import workload as _workload
 
     if wkey is None:
-        w, paths = _SHARED["w"], _SHARED["paths"]
+        if w is None:
+            w, paths = _SHARED["w"], _SHARED["paths"]
+        else:
+            paths = w.paths(kwargs.get("block_size", 16))
     else:
         w = _workload.ChatWorkload(**{**dict(wkey), "seed": seed})
         paths = w.paths(kwargs.get("block_size", 16))
@@ -640,19 +644,24 @@ def _seed_job(job) -> dict[str, dict[str, float]]:
     return {p: {f: float(getattr(r, f)) for f in fields} for p, r in res.items()}
 
 
-def _map(jobs: list, processes: int | None) -> list:
-    """Run ``_seed_job`` over ``jobs``, on ``processes`` worker processes where fork exists
-    (None: up to 2, the book's build machine's cores)."""
-    import multiprocessing as mp
+def _map(jobs: list, processes: int | None, executor=None, w=None) -> list:
+    """Run ``_seed_job`` over ``jobs`` through :func:`kvlab.sweep.sweep`: on ``executor`` when
+    given (a fixed workload ``w`` then travels with each job), else on ``processes`` local worker
+    processes (None: up to 2, the book's build machine's cores), which inherit ``w``."""
     import os
 
+    from .sweep import sweep as _sweep
+
+    if executor is not None:
+        if processes is not None:
+            raise ValueError("give either an executor or processes, not both")
+        if w is not None:
+            jobs = [j[:-1] + (w,) for j in jobs]
+        return _sweep(_seed_job, jobs, executor=executor, progress=False)
     if processes is None:
         processes = min(2, os.cpu_count() or 1)
     processes = check_int("processes", processes, lo=1, hi=256)
-    if processes == 1 or len(jobs) == 1 or "fork" not in mp.get_all_start_methods():
-        return [_seed_job(j) for j in jobs]
-    with mp.get_context("fork").Pool(min(processes, len(jobs))) as pool:
-        return pool.map(_seed_job, jobs, chunksize=1)
+    return _sweep(_seed_job, jobs, processes=processes, progress=False)
 
 
 def _jobs(w, workload_kwargs, seeds, policies, kwargs, fields):
@@ -670,7 +679,7 @@ def _jobs(w, workload_kwargs, seeds, policies, kwargs, fields):
     wkey = None if w is not None else tuple(sorted((workload_kwargs or {}).items()))
     if "seed" in dict(wkey or ()):
         raise ValueError("workload_kwargs must not hold 'seed': the seeds come from `seeds`")
-    return seeds, [(wkey, s, tuple(policies), dict(kwargs), tuple(fields)) for s in seeds]
+    return seeds, [(wkey, s, tuple(policies), dict(kwargs), tuple(fields), None) for s in seeds]
 
 
 def over_seeds(
@@ -681,6 +690,7 @@ def over_seeds(
     workload_kwargs: dict | None = None,
     fields=FIGURES,
     processes: int | None = None,
+    executor=None,
     **kwargs,
 ) -> dict[str, dict]:
     """Each policy's figures over several random streams: ``{policy: {field: Spread}}``.
@@ -689,7 +699,9 @@ def over_seeds(
     from ``workload_kwargs`` (the demo's defaults when None) and every policy runs on it with the
     same ``seed`` (which also seeds random routing). A fixed workload ``w`` (a trace) is reused
     for every seed instead; then only random routing varies. ``fields`` name FleetResult
-    attributes; ``kwargs`` go to :func:`simulate`. Seeds run on ``processes`` worker processes.
+    attributes; ``kwargs`` go to :func:`simulate`. Seeds run on ``processes`` worker processes,
+    or on ``executor`` (any ``concurrent.futures.Executor``, e.g. a Dask client's
+    ``get_executor()``; see :mod:`kvlab.sweep`).
     """
     from .seeds import summarise
 
@@ -697,7 +709,7 @@ def over_seeds(
     if w is not None:
         _SHARED["w"], _SHARED["paths"] = w, w.paths(kwargs.get("block_size", 16))
     try:
-        out = _map(jobs, processes)
+        out = _map(jobs, processes, executor, w)
     finally:
         _SHARED.clear()
     return {p: {f: summarise([o[p][f] for o in out], seeds) for f in fields} for p in policies}
@@ -713,13 +725,15 @@ def sweep_over_seeds(
     workload_kwargs: dict | None = None,
     fields=FIGURES,
     processes: int | None = None,
+    executor=None,
     **kwargs,
 ) -> dict[str, dict[str, list]]:
     """:func:`over_seeds` as one parameter takes each of ``values``:
     ``{policy: {field: [Spread per value]}}``.
 
     ``param`` is a :func:`simulate` keyword (e.g. "cache_tokens") or a ChatWorkload keyword (e.g.
-    "skew", "conversations"). All (value, seed) runs share the worker processes.
+    "skew", "conversations"). All (value, seed) runs share the worker processes (or
+    ``executor``, as in :func:`over_seeds`).
     """
     from .seeds import summarise
 
@@ -749,7 +763,7 @@ def sweep_over_seeds(
     if w is not None:
         _SHARED["w"], _SHARED["paths"] = w, w.paths(kwargs.get("block_size", 16))
     try:
-        out = _map(jobs, processes)
+        out = _map(jobs, processes, executor, w)
     finally:
         _SHARED.clear()
     n = len(seed_lists[0])
