@@ -11,10 +11,14 @@ first. An old chat stays cached after its conversation starts over, until LRU ev
 How it is fast and still exact: a request touches its blocks as a few *entries* (runs of blocks
 always touched whole: a system prompt, a chat, a trace block; see ``Paths``). Every block of an
 entry shares one recency, deeper entries are touched before shallower ones, so a block-level LRU
-is the same as an LRU over entries whose victim is truncated from its tail. Each replica keeps an
-``OrderedDict`` entry -> cached blocks; a request costs a few dictionary operations.
-``lib/tests/test_fleet.py`` replays small streams through a brute-force block cache and demands
-identical per-request hit tokens.
+is the same as an LRU over entries whose victim is truncated from its tail. Each replica's entries
+form a doubly linked list in LRU order over dense arrays (node = entry id x replicas + replica),
+walked by loops that numba compiles once per machine (``cache=True``: later processes load them
+from ``__pycache__``); a request costs a few array reads and writes. Without numba the same loops
+run as Python. The loops they replaced (an ``OrderedDict`` per replica) are kept in
+:mod:`kvlab.fleet_reference`: ``lib/tests/test_fleet_fast.py`` drives both with random streams and
+demands equal results, and ``lib/tests/test_fleet.py`` replays small streams through a brute-force
+block cache and demands identical per-request hit tokens.
 
 ``cache_model="per_conversation"`` is the simplified model behind the published figures: a replica
 holds one entry per conversation, overwritten (its old chat dropped) when a request of the
