@@ -1,5 +1,6 @@
-"""Speed of the fleet simulator (not a test): simulated requests per second per policy and cache
-model, the routing demo's recompute time (all four policies at the defaults), and the routing
+"""Speed of the fleet simulator (not a test): its compiled kernels against the reference loops
+(requests simulated per second and the ratio, measured in the same run), simulated requests per
+second per policy and cache model, the routing demo's recompute time (all four policies at the defaults), and the routing
 explorer's grid (its stored compute time, one job timed now and the whole grid extrapolated;
 ``--explorer-grid`` recomputes the whole grid on every core, into a temporary file); then the real
 engine's figures (vLLM, the engine environment of `make engine`): start-up, cold and cached TTFT,
@@ -27,6 +28,49 @@ def best_of(fn, repeat):
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def cpu_best_of(fn, repeat):
+    """Best CPU time of this process over ``repeat`` calls (fair on a shared, busy machine)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+def fleet_fast_vs_reference(repeat: int) -> None:
+    """fleet.simulate's compiled kernels against the kept reference loops, in this run, on the
+    routing explorer's settings (its default point, the grid's extremes of replicas and cache)."""
+    from kvlab import explorer
+
+    d = explorer.DEFAULTS
+    w = workload.ChatWorkload(
+        conversations=d["conversations"], skew=d["skew"], requests=explorer.REQUESTS, seed=0
+    )
+    paths = w.paths(16)
+    t0 = time.perf_counter()
+    fleet.simulate(w, paths=paths)  # compile (or load the compiled kernels from disk)
+    first = time.perf_counter() - t0
+    print(
+        f"fleet.simulate, compiled kernels vs reference loops (kvlab.fleet_reference), "
+        f"{len(w):,} requests ({explorer.WARMUP:,} warm-up), best CPU time of {repeat}; "
+        f"first call (compile or load) {first:.2f} s"
+    )
+    print(f"  {'setting':28s} {'policy':12s} {'fast req/s':>12s} {'reference':>12s} {'ratio':>7s}")
+    tf = tr = 0.0
+    for r, c in ((d["replicas"], d["cache_tokens"]), (32, 10_000), (1, 1_000_000)):
+        for p in routing.POLICIES:
+            kw = dict(policy=p, replicas=r, cache_tokens=c, warmup=explorer.WARMUP, paths=paths)
+            f = cpu_best_of(lambda kw=kw: fleet.simulate(w, **kw), repeat)
+            ref = cpu_best_of(lambda kw=kw: fleet.simulate(w, _reference=True, **kw), repeat)
+            tf, tr = tf + f, tr + ref
+            print(
+                f"  R={r:<3d} C={c:<9,d}{'':11s} {p:12s} {len(w) / f:12,.0f} "
+                f"{len(w) / ref:12,.0f} {ref / f:6.1f}x"
+            )
+    print(f"  all twelve runs: {tr / tf:.1f}x faster ({tf:.3f} s vs {tr:.3f} s CPU)")
 
 
 def explorer_bench(full: bool) -> None:
@@ -94,6 +138,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--no-engine", action="store_true", help="skip the real engine's figures")
     args = ap.parse_args(argv)
+    fleet_fast_vs_reference(args.repeat)
     w = workload.ChatWorkload()
     paths = w.paths(16)
     print(f"chat workload: {len(w):,} requests, 8 replicas, 400,000-token caches")

@@ -3,8 +3,8 @@
 The book's website runs no kernel, so the live demo of :mod:`kvlab.widgets` cannot run there.
 Instead the book build computes :func:`kvlab.fleet.simulate_all` over a grid of settings
 (:data:`GRID`) and the page only looks results up: no second simulator whose numbers could drift.
-Each grid point is seed 0's run; the points on the four lines through the defaults (one control
-moved) are means over the book's eight seeds, like the figures in the text, so at the defaults the
+Every grid point is the mean over the book's eight seeds with its spread (``hs``, ``is``; the
+labels ``hl``, ``il`` read "mean ± spread"), like the figures in the text, so at the defaults the
 explorer shows exactly the glued figures.
 
 The grid is cached as JSON (:data:`CACHE`, committed) under a key made of the simulator's source
@@ -63,17 +63,33 @@ GRID: dict[str, tuple] = {
 DEFAULTS: dict = {"replicas": 8, "cache_tokens": 400_000, "conversations": 500, "skew": 1.0}
 #: Requests per run and warm-up, as in the demo and the text.
 REQUESTS, WARMUP = 20_000, 5_000
-#: Seeds of a point on a line through the defaults; every other point is seed 0's run.
+#: Seeds of every point: each point is the mean over these seeds, with its spread.
 LINE_SEEDS: tuple[int, ...] = DEFAULT_SEEDS
-#: Bump when the rows' format changes.
-FORMAT = 1
+#: Bump when the rows' format or the seeds behind them change (2: every point over LINE_SEEDS).
+FORMAT = 2
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The committed cache of the grid (also the data the page loads).
 CACHE = ROOT / "data" / "explorer" / "routing-grid.json"
 
 _SIM_SOURCES = (
-    (fleet, ("FleetResult", "_evict", "_touch", "_choose_cache_aware", "_run_chat", "simulate")),
+    (
+        fleet,
+        (
+            "FleetResult",
+            "_unlink",
+            "_push_back",
+            "_evict_lru",
+            "_set_mru",
+            "_pick_cache_aware",
+            "_chat_loop",
+            "_kernels",
+            "_dense",
+            "_node_arrays",
+            "_run_fast",
+            "simulate",
+        ),
+    ),
     (fleet, ("simulate_all",)),
     (
         routing,
@@ -170,6 +186,7 @@ def code_fingerprint(obj) -> str:
     annotations, comments and layout removed, dumped as text (the same on Pythons 3.11 to 3.13).
     A change there (a docstring, a type hint) leaves the fingerprint, and the grids cached under
     it, as they were."""
+    obj = getattr(obj, "py_func", obj)  # a numba-compiled function: its Python source
     tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
     return _dump(_DropNonSemantics().visit(tree))
 
@@ -195,14 +212,6 @@ def cache_key() -> str:
     return h.hexdigest()
 
 
-def _on_line(r: int, c: int, n: int, s: float) -> bool:
-    """True when at most one control differs from the defaults."""
-    d = DEFAULTS
-    return (r != d["replicas"]) + (c != d["cache_tokens"]) + (n != d["conversations"]) + (
-        s != d["skew"]
-    ) <= 1
-
-
 def grid_settings() -> list[tuple[int, int, int, float]]:
     """Every (replicas, cache_tokens, conversations, skew) of the grid."""
     return [
@@ -215,16 +224,12 @@ def grid_settings() -> list[tuple[int, int, int, float]]:
 
 
 def _jobs() -> list[tuple[int, float, int, list[tuple[int, int]]]]:
-    """(conversations, skew, seed, [(replicas, cache_tokens)]): one workload per job."""
-    jobs = []
-    for n in GRID["conversations"]:
-        for s in GRID["skew"]:
-            rc = [(r, c) for r in GRID["replicas"] for c in GRID["cache_tokens"]]
-            jobs.append((n, s, 0, rc))
-            line = [(r, c) for r, c in rc if _on_line(r, c, n, s)]
-            if line:
-                jobs.extend((n, s, seed, line) for seed in LINE_SEEDS if seed != 0)
-    return jobs
+    """(conversations, skew, seed, [(replicas, cache_tokens)]): one workload per job, every
+    point of the grid over every seed of :data:`LINE_SEEDS`."""
+    rc = [(r, c) for r in GRID["replicas"] for c in GRID["cache_tokens"]]
+    return [
+        (n, s, seed, rc) for n in GRID["conversations"] for s in GRID["skew"] for seed in LINE_SEEDS
+    ]
 
 
 def _run_job(job) -> list[tuple]:
@@ -245,20 +250,19 @@ def _run_job(job) -> list[tuple]:
     return out
 
 
-def _compute(processes: int | None) -> tuple[list[dict], float]:
-    import multiprocessing as mp
+def _compute(processes: int | None, executor=None) -> tuple[list[dict], float]:
+    from .sweep import sweep
 
     jobs = _jobs()
     # the biggest jobs first, so the last ones to finish are short
     jobs.sort(key=lambda j: -len(j[3]))
-    if processes is None:
-        processes = os.cpu_count() or 1
     t0 = time.perf_counter()
-    if processes > 1 and "fork" in mp.get_all_start_methods():
-        with mp.get_context("fork").Pool(processes) as pool:
-            parts = pool.map(_run_job, jobs, chunksize=1)
+    if executor is not None:
+        parts = sweep(_run_job, jobs, executor=executor, desc="routing grid")
     else:
-        parts = [_run_job(j) for j in jobs]
+        parts = sweep(
+            _run_job, jobs, processes=processes or os.cpu_count() or 1, desc="routing grid"
+        )
     seconds = time.perf_counter() - t0
     runs: dict[tuple, list] = {}
     for part in parts:
@@ -319,10 +323,14 @@ def store(path: Path, data: dict) -> dict:
 
 
 def routing_grid(
-    path: Path | str | None = None, processes: int | None = None, rebuild: bool = False
+    path: Path | str | None = None,
+    processes: int | None = None,
+    rebuild: bool = False,
+    executor=None,
 ) -> dict:
     """The explorer's grid: loaded from ``path`` (default :data:`CACHE`) when its key matches
-    :func:`cache_key`, else computed on ``processes`` cores (default: all) and written there.
+    :func:`cache_key`, else computed on ``processes`` cores (default: all), or on ``executor``
+    (any ``concurrent.futures.Executor``, see :mod:`kvlab.sweep`), and written there.
 
     Returns ``{"key", "grid", "defaults", "seeds", "rows", "seconds", "rebuilt"}``; ``seconds`` is
     the compute time of the stored grid, ``rebuilt`` whether this call computed it.
@@ -332,7 +340,7 @@ def routing_grid(
     cached = None if rebuild else load_cached(path, key)
     if cached is not None:
         return cached
-    rows, seconds = _compute(processes)
+    rows, seconds = _compute(processes, executor)
     data = {
         "key": key,
         "grid": {k: list(v) for k, v in GRID.items()},

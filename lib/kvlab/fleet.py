@@ -11,10 +11,14 @@ first. An old chat stays cached after its conversation starts over, until LRU ev
 How it is fast and still exact: a request touches its blocks as a few *entries* (runs of blocks
 always touched whole: a system prompt, a chat, a trace block; see ``Paths``). Every block of an
 entry shares one recency, deeper entries are touched before shallower ones, so a block-level LRU
-is the same as an LRU over entries whose victim is truncated from its tail. Each replica keeps an
-``OrderedDict`` entry -> cached blocks; a request costs a few dictionary operations.
-``lib/tests/test_fleet.py`` replays small streams through a brute-force block cache and demands
-identical per-request hit tokens.
+is the same as an LRU over entries whose victim is truncated from its tail. Each replica's entries
+form a doubly linked list in LRU order over dense arrays (node = entry id x replicas + replica),
+walked by loops that numba compiles once per machine (``cache=True``: later processes load them
+from ``__pycache__``); a request costs a few array reads and writes. Without numba the same loops
+run as Python. The loops they replaced (an ``OrderedDict`` per replica) are kept in
+:mod:`kvlab.fleet_reference`: ``lib/tests/test_fleet_fast.py`` drives both with random streams and
+demands equal results, and ``lib/tests/test_fleet.py`` replays small streams through a brute-force
+block cache and demands identical per-request hit tokens.
 
 ``cache_model="per_conversation"`` is the simplified model behind the published figures: a replica
 holds one entry per conversation, overwritten (its old chat dropped) when a request of the
@@ -109,6 +113,9 @@ class FleetResult:
         )
 
 
+# --- the entry LRU on an OrderedDict (kvlab.queueing's caches use it) ---------------------------
+
+
 def _evict(od: OrderedDict, used: int, cap: int) -> int:
     while used > cap:
         key, n = od.popitem(last=False)
@@ -139,180 +146,333 @@ def _touch(od: OrderedDict, ks, ns, used: int, cap: int) -> int:
     return _evict(od, used, cap) if used > cap else used
 
 
-def _choose_cache_aware(m, loads, R, eps, lam):
-    """Inline twin of routing.CacheAwareRouter.choose (m: matched tokens, loads: ints)."""
-    thr = (1.0 + eps) * (sum(loads) / R)
+# --- the kernels ---------------------------------------------------------------------------------
+# Each replica's cache is a doubly linked list of entries in LRU order (head: least recent) over
+# dense arrays indexed by node = entry id * R + replica (entry ids: the request keys renumbered
+# 0..K-1). ``cnt[node]`` is the entry's cached blocks, 0 when absent (an entry with no blocks
+# changes nothing, so it is never stored). Plain Python functions, compiled by numba when it is
+# installed (``cache=True``: compiled once per machine, then loaded from __pycache__); without
+# numba they run as they are (slow, same results). fleet_reference keeps the OrderedDict loops.
+
+
+def _unlink(node, r, prv, nxt, head, tail):
+    p = prv[node]
+    q = nxt[node]
+    if p >= 0:
+        nxt[p] = q
+    else:
+        head[r] = q
+    if q >= 0:
+        prv[q] = p
+    else:
+        tail[r] = p
+
+
+def _push_back(node, r, prv, nxt, head, tail):
+    t = tail[r]
+    prv[node] = t
+    nxt[node] = -1
+    if t >= 0:
+        nxt[t] = node
+    else:
+        head[r] = node
+    tail[r] = node
+
+
+def _evict_lru(r, used, cap, cnt, prv, nxt, head, tail):
+    """Drop least recent entries until ``used <= cap``; a victim bigger than the excess keeps
+    its shallow blocks and stays least recent. Returns the blocks in use."""
+    while used > cap:
+        node = head[r]
+        n = cnt[node]
+        excess = used - cap
+        if n > excess:
+            cnt[node] = n - excess
+            return cap
+        _unlink(node, r, prv, nxt, head, tail)
+        cnt[node] = 0
+        used -= n
+    return used
+
+
+def _set_mru(node, r, nb, used, cnt, prv, nxt, head, tail):
+    """Store ``nb`` blocks under ``node`` as most recent (chat loop: the count is replaced)."""
+    old = cnt[node]
+    if old == 0:
+        used += nb
+        cnt[node] = nb
+        _push_back(node, r, prv, nxt, head, tail)
+    else:
+        used += nb - old
+        cnt[node] = nb
+        _unlink(node, r, prv, nxt, head, tail)
+        _push_back(node, r, prv, nxt, head, tail)
+    return used
+
+
+def _pick_cache_aware(m, loads, R, eps, lam):
+    """routing.CacheAwareRouter.choose on int arrays (matched tokens, loads)."""
+    total = 0
+    for r in range(R):
+        total += loads[r]
+    thr = (1.0 + eps) * (total / R)
     best = -1
-    bsc = bld = 0
+    bsc = 0.0
+    bld = 0
     for r in range(R):
         ld = loads[r]
         if ld > thr:
             continue
-        sc = m[r] - lam * ld if lam else m[r]
+        sc = m[r] - lam * ld if lam != 0.0 else float(m[r])
         if best < 0 or sc > bsc or (sc == bsc and ld < bld):
-            best, bsc, bld = r, sc, ld
+            best = r
+            bsc = sc
+            bld = ld
     return best
 
 
-def _run_chat(w, paths, choices, R, cap, eps, lam, stale, per_conv, router):
-    """Two entries per request (system prompt, chat): the demo's hot loop."""
-    bs = paths.block_size
-    n = len(w)
-    sys_l = paths.keys[0::2].tolist()
-    ns_l = paths.blocks[0::2].tolist()
-    nc_l = paths.blocks[1::2].tolist()
-    mh_l = paths.max_hit_blocks.tolist()
-    prompt_l = w.prompt_tokens.tolist()
-    if per_conv:
-        ckey_l = (w.system_prompts + w.conversation).tolist()
-        gen_l = w.generation.tolist()
-        gens = [dict() for _ in range(R)]
-    else:
-        ckey_l = paths.keys[1::2].tolist()
-    view_l = paths.keys[1::2].tolist()  # the router's record is keyed by chat content
-    caches = [OrderedDict() for _ in range(R)]
-    used = [0] * R
-    loads = [0] * R
-    hits = [0] * n
-    reps = choices.tolist() if choices is not None else [0] * n
-    ca = choices is None
-    known_sys: dict[int, list] = {}
-    known_chat: dict[int, list] = {}
-    rng_R = range(R)
+def _chat_loop(
+    sys_id, ck_id, view_id, ns_a, nc_a, mh_a, prompt, gen_a, choices, R, cap, eps, lam, bs, ca,
+    stale, per_conv, cnt, prv, nxt, gens, ksys, kchat,
+):  # fmt: skip
+    """Two entries per request (system prompt ``sys_id``, chat ``ck_id``); the router's stale
+    record of chats is keyed by ``view_id``. Returns (replica, hit tokens) per request."""
+    n = sys_id.shape[0]
+    head = np.full(R, -1, np.int64)
+    tail = np.full(R, -1, np.int64)
+    used = np.zeros(R, np.int64)
+    loads = np.zeros(R, np.int64)
+    m = np.zeros(R, np.int64)
+    reps = np.empty(n, np.int64)
+    hits = np.empty(n, np.int64)
     for i in range(n):
-        s = sys_l[i]
-        k = ckey_l[i]
-        ns = ns_l[i]
-        nc = nc_l[i]
-        mh = mh_l[i]
+        s = sys_id[i]
+        k = ck_id[i]
+        ns = ns_a[i]
+        nc = nc_a[i]
+        mh = mh_a[i]
+        g1 = gen_a[i] + 1
         if ca:
             if stale:
-                ks = known_sys.get(s)
-                if ks is None:
-                    ks = known_sys[s] = [False] * R
-                kc = known_chat.get(view_l[i])
-                if kc is None:
-                    kc = known_chat[view_l[i]] = [0] * R
-                m = [min(ns + kc[r], mh) * bs if ks[r] else 0 for r in rng_R]
+                v = view_id[i]
+                for r in range(R):
+                    if ksys[s * R + r]:
+                        x = ns + kchat[v * R + r]
+                        m[r] = (x if x < mh else mh) * bs
+                    else:
+                        m[r] = 0
             else:
-                m = []
-                for r in rng_R:
-                    od = caches[r]
-                    x = od.get(s, 0)
+                for r in range(R):
+                    x = cnt[s * R + r]
                     if x >= ns:
-                        if per_conv and gens[r].get(k) != gen_l[i]:
+                        if per_conv and gens[k * R + r] != g1:
                             x = ns
                         else:
-                            x = ns + od.get(k, 0)
-                    m.append(min(x, mh) * bs)
-            if router is not None:
-                r = router.choose(w.key[i], np.array(m), np.array(loads))
-            else:
-                r = _choose_cache_aware(m, loads, R, eps, lam)
-            reps[i] = r
+                            x = ns + cnt[k * R + r]
+                    m[r] = (x if x < mh else mh) * bs
+            r = _pick_cache_aware(m, loads, R, eps, lam)
             if stale:
-                ks[r] = True
-                kc[r] = nc
+                ksys[s * R + r] = True
+                kchat[view_id[i] * R + r] = nc
         else:
-            r = reps[i]
-        od = caches[r]
+            r = choices[i]
+        reps[i] = r
         u = used[r]
-        if per_conv:
-            g = gen_l[i]
-            gr = gens[r]
-            if gr.get(k) != g:
-                old = od.pop(k, None)
-                if old is not None:
-                    u -= old
-                gr[k] = g
-        x = od.get(s, 0)
+        if per_conv and gens[k * R + r] != g1:
+            old = cnt[k * R + r]
+            if old > 0:
+                _unlink(k * R + r, r, prv, nxt, head, tail)
+                cnt[k * R + r] = 0
+                u -= old
+            gens[k * R + r] = g1
+        x = cnt[s * R + r]
         if x >= ns:
-            x = ns + od.get(k, 0)
+            x = ns + cnt[k * R + r]
         if x > mh:
             x = mh
         hit = x * bs
         hits[i] = hit
-        loads[r] += prompt_l[i] - hit
-        # touch: the chat (deeper) first, then the system prompt, so the chat is evicted first
-        for key, nb in ((k, nc), (s, ns)):
-            if nb:
-                old = od.get(key)
-                if old is None:
-                    u += nb
-                    od[key] = nb
-                else:
-                    u += nb - old
-                    od[key] = nb
-                    od.move_to_end(key)
+        loads[r] += prompt[i] - hit
+        # touch the chat (deeper) first, then the system prompt, so the chat is evicted first
+        if nc > 0:
+            u = _set_mru(k * R + r, r, nc, u, cnt, prv, nxt, head, tail)
+        if ns > 0:
+            u = _set_mru(s * R + r, r, ns, u, cnt, prv, nxt, head, tail)
         if u > cap:
-            u = _evict(od, u, cap)
+            u = _evict_lru(r, u, cap, cnt, prv, nxt, head, tail)
         used[r] = u
-    return np.asarray(reps, dtype=np.int64), np.asarray(hits, dtype=np.int64)
+    return reps, hits
 
 
-def _run_general(w, paths, choices, R, cap, eps, lam, stale, router):
-    """Any number of entries per request (the trace)."""
-    bs = paths.block_size
-    n = len(w)
-    off = paths.offsets.tolist()
-    keys = paths.keys.tolist()
-    blks = paths.blocks.tolist()
-    mh_l = paths.max_hit_blocks.tolist()
-    prompt_l = w.prompt_tokens.tolist()
-    caches = [OrderedDict() for _ in range(R)]
-    known = [set() for _ in range(R)]
-    used = [0] * R
-    loads = [0] * R
-    hits = [0] * n
-    reps = choices.tolist() if choices is not None else [0] * n
-    ca = choices is None
+def _general_loop(
+    offsets, key_id, blocks, mh_a, prompt, choices, R, cap, eps, lam, bs, ca, stale, cnt, prv,
+    nxt, known,
+):  # fmt: skip
+    """Any number of entries per request (the trace): request i touches ``key_id[offsets[i]:
+    offsets[i+1]]`` in path order. Returns (replica, hit tokens) per request."""
+    n = offsets.shape[0] - 1
+    head = np.full(R, -1, np.int64)
+    tail = np.full(R, -1, np.int64)
+    used = np.zeros(R, np.int64)
+    loads = np.zeros(R, np.int64)
+    m = np.zeros(R, np.int64)
+    reps = np.empty(n, np.int64)
+    hits = np.empty(n, np.int64)
     for i in range(n):
-        a, b = off[i], off[i + 1]
-        ks = keys[a:b]
-        ns = blks[a:b]
-        mh = mh_l[i]
+        a = offsets[i]
+        b = offsets[i + 1]
+        mh = mh_a[i]
         if ca:
-            m = []
             for r in range(R):
                 x = 0
                 if stale:
-                    seen = known[r]
-                    for key, nb in zip(ks, ns, strict=True):
-                        if key in seen:
-                            x += nb
+                    for j in range(a, b):
+                        if known[key_id[j] * R + r]:
+                            x += blocks[j]
                         else:
                             break
                 else:
-                    od = caches[r]
-                    for key, nb in zip(ks, ns, strict=True):
-                        c = od.get(key, 0)
+                    for j in range(a, b):
+                        c = cnt[key_id[j] * R + r]
                         x += c
-                        if c < nb:
+                        if c < blocks[j]:
                             break
-                m.append(min(x, mh) * bs)
-            if router is not None:
-                r = router.choose(w.key[i], np.array(m), np.array(loads))
-            else:
-                r = _choose_cache_aware(m, loads, R, eps, lam)
-            reps[i] = r
+                m[r] = (x if x < mh else mh) * bs
+            r = _pick_cache_aware(m, loads, R, eps, lam)
             if stale:
-                known[r].update(ks)
+                for j in range(a, b):
+                    known[key_id[j] * R + r] = True
         else:
-            r = reps[i]
-        od = caches[r]
+            r = choices[i]
+        reps[i] = r
         x = 0
-        for key, nb in zip(ks, ns, strict=True):
-            c = od.get(key, 0)
+        for j in range(a, b):
+            c = cnt[key_id[j] * R + r]
             x += c
-            if c < nb:
+            if c < blocks[j]:
                 break
         if x > mh:
             x = mh
         hit = x * bs
         hits[i] = hit
-        loads[r] += prompt_l[i] - hit
-        used[r] = _touch(od, ks, ns, used[r], cap)
-    return np.asarray(reps, dtype=np.int64), np.asarray(hits, dtype=np.int64)
+        loads[r] += prompt[i] - hit
+        # touch deepest first (an entry only grows), so the deepest is evicted first
+        u = used[r]
+        for j in range(b - 1, a - 1, -1):
+            node = key_id[j] * R + r
+            nb = blocks[j]
+            old = cnt[node]
+            if old == 0:
+                if nb > 0:
+                    u += nb
+                    cnt[node] = nb
+                    _push_back(node, r, prv, nxt, head, tail)
+            else:
+                if nb > old:
+                    u += nb - old
+                    cnt[node] = nb
+                _unlink(node, r, prv, nxt, head, tail)
+                _push_back(node, r, prv, nxt, head, tail)
+        if u > cap:
+            u = _evict_lru(r, u, cap, cnt, prv, nxt, head, tail)
+        used[r] = u
+    return reps, hits
+
+
+_KERNELS: list = []
+
+
+def _kernels():
+    """(chat kernel, general kernel): compiled with numba on first use when it imports (loaded
+    from the on-disk cache after the first time), else the plain Python functions."""
+    global _unlink, _push_back, _evict_lru, _set_mru, _pick_cache_aware
+    if _KERNELS:
+        return _KERNELS
+    try:
+        import numba
+    except ImportError:  # pragma: no cover - numba is a dependency; this keeps kvlab working
+        _KERNELS.extend((_chat_loop, _general_loop))
+        return _KERNELS
+    jit = numba.njit(cache=True, nogil=True)
+    # The loops call the helpers by their global names: compile those first, inlined into the
+    # loops (a call would count references on each array it passes, costing more than its work).
+    inl = numba.njit(cache=True, nogil=True, inline="always")
+    _unlink, _push_back = inl(_unlink), inl(_push_back)
+    _evict_lru, _set_mru, _pick_cache_aware = inl(_evict_lru), inl(_set_mru), inl(_pick_cache_aware)
+    _KERNELS.extend((jit(_chat_loop), jit(_general_loop)))
+    return _KERNELS
+
+
+#: Above this many replica x entry slots the kernels' dense arrays get too big: use the reference.
+MAX_SLOTS = 200_000_000
+
+
+def _dense(*arrays: np.ndarray) -> tuple[int, list[np.ndarray]]:
+    """Number the keys of ``arrays`` (together) 0..K-1; returns K and the numbered arrays. Small
+    non-negative keys (the chat workload's, the trace's block ids) are their own numbers."""
+    allk = np.concatenate(arrays)
+    lo, hi = (int(allk.min()), int(allk.max())) if len(allk) else (0, 0)
+    if lo >= 0 and hi < 2 * len(allk) + 1024:
+        return hi + 1, [np.ascontiguousarray(a, dtype=np.int64) for a in arrays]
+    uniq, inv = np.unique(allk, return_inverse=True)
+    out, at = [], 0
+    for a in arrays:
+        out.append(inv[at : at + len(a)].astype(np.int64))
+        at += len(a)
+    return len(uniq), out
+
+
+def _node_arrays(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(cnt, prv, nxt) per node, as columns of one zeroed array: a node's three numbers share a
+    cache line (the loops are bound by memory, not arithmetic). ``np.zeros`` is calloc'd: the
+    OS hands over a page only when it is first touched."""
+    st = np.zeros((size, 3), np.int64)
+    return st[:, 0], st[:, 1], st[:, 2]
+
+
+def _run_fast(w, paths, choices, R, cap, eps, lam, stale, per_conv):
+    """The kernels' inputs built from ``paths``; returns (replica, hit tokens) arrays, or None
+    when the dense arrays would be too big. The per-node arrays come from numpy's ``zeros`` and
+    ``empty`` (pages the OS hands over only when touched); ``prv``/``nxt`` are read only for
+    nodes that are present, so they need no initial values."""
+    i64 = np.int64
+    ca = choices is None
+    ch = np.zeros(1, i64) if ca else np.ascontiguousarray(choices, dtype=i64)
+    prompt = np.ascontiguousarray(w.prompt_tokens, dtype=i64)
+    mh = np.ascontiguousarray(paths.max_hit_blocks, dtype=i64)
+    keys = np.asarray(paths.keys, dtype=i64)
+    blocks = np.ascontiguousarray(paths.blocks, dtype=i64)
+    if paths.kind == "chat":
+        sys_k, view_k = keys[0::2], keys[1::2]
+        if per_conv:
+            ck = np.asarray(w.system_prompts + w.conversation, dtype=i64)
+            gen = np.ascontiguousarray(w.generation, dtype=i64)
+        else:
+            ck, gen = view_k, np.zeros(len(sys_k), i64)
+        K, (s_id, c_id, v_id) = _dense(sys_k, ck, view_k)
+        if R * K > MAX_SLOTS:
+            return None
+        size = R * K
+        cnt, prv, nxt = _node_arrays(size)
+        gens = np.zeros(size if per_conv else 1, i64)
+        ksys = np.zeros(size if (ca and stale) else 1, np.bool_)
+        kchat = np.zeros(size if (ca and stale) else 1, i64)
+        return _kernels()[0](
+            s_id, c_id, v_id, np.ascontiguousarray(blocks[0::2]), np.ascontiguousarray(blocks[1::2]),
+            mh, prompt, gen, ch, R, cap, float(eps), float(lam), paths.block_size, ca, stale,
+            per_conv, cnt, prv, nxt, gens, ksys, kchat,
+        )  # fmt: skip
+    K, (k_id,) = _dense(keys)
+    if R * K > MAX_SLOTS:
+        return None
+    size = R * K
+    cnt, prv, nxt = _node_arrays(size)
+    known = np.zeros(size if (ca and stale) else 1, np.bool_)
+    off = np.ascontiguousarray(paths.offsets, dtype=i64)
+    return _kernels()[1](
+        off, k_id, blocks, mh, prompt, ch, R, cap, float(eps), float(lam), paths.block_size, ca,
+        stale, cnt, prv, nxt, known,
+    )  # fmt: skip
 
 
 def simulate(
@@ -332,6 +492,7 @@ def simulate(
     *,
     paths=None,
     _use_router_object: bool = False,
+    _reference: bool = False,
 ) -> FleetResult:
     """Route every request of ``w`` (a ChatWorkload or a Trace) over ``replicas`` replicas with
     a per-replica LRU prefix cache of ``cache_tokens`` tokens (None: unlimited).
@@ -339,7 +500,8 @@ def simulate(
     ``policy`` in routing.POLICIES; ``epsilon``, ``lam``, ``view`` tune "cache_aware";
     ``sticky`` ("modulo" or "ring") and ``vnodes`` tune "sticky"; ``seed`` seeds "random".
     ``warmup``: the first requests only warm the caches. ``paths``: a precomputed
-    ``w.paths(block_size)`` to reuse across calls.
+    ``w.paths(block_size)`` to reuse across calls. ``_reference``: run the pure-Python loops of
+    :mod:`kvlab.fleet_reference` (same results, slower; for tests and ``make bench``).
     """
     check_choice("policy", policy, set(routing.POLICIES))
     R = check_int("replicas", replicas, lo=1, hi=4096)
@@ -370,10 +532,17 @@ def simulate(
     choices = None if policy == "cache_aware" else router.choose_many(w.key)
     slow = router if (policy == "cache_aware" and _use_router_object) else None
     stale = view == "stale"
-    if paths.kind == "chat":
-        reps, hits = _run_chat(w, paths, choices, R, cap, eps, lam, stale, per_conv, slow)
-    else:
-        reps, hits = _run_general(w, paths, choices, R, cap, eps, lam, stale, slow)
+    out = None
+    if slow is None and not _reference:
+        out = _run_fast(w, paths, choices, R, cap, eps, lam, stale, per_conv)
+    if out is None:
+        from . import fleet_reference as ref
+
+        if paths.kind == "chat":
+            out = ref.run_chat(w, paths, choices, R, cap, eps, lam, stale, per_conv, slow)
+        else:
+            out = ref.run_general(w, paths, choices, R, cap, eps, lam, stale, slow)
+    reps, hits = out
 
     prompt = np.asarray(w.prompt_tokens, dtype=np.int64)
     counted = slice(warmup, None)
@@ -462,12 +631,16 @@ _SHARED: dict = {}
 
 
 def _seed_job(job) -> dict[str, dict[str, float]]:
-    """One (workload, seed) job: every policy's figures."""
-    wkey, seed, policies, kwargs, fields = job
+    """One (workload, seed) job: every policy's figures. A fixed workload travels in the job
+    (``w`` set: an executor given by the caller) or is inherited from the parent (``_SHARED``)."""
+    wkey, seed, policies, kwargs, fields, w = job
     from . import workload as _workload
 
     if wkey is None:
-        w, paths = _SHARED["w"], _SHARED["paths"]
+        if w is None:
+            w, paths = _SHARED["w"], _SHARED["paths"]
+        else:
+            paths = w.paths(kwargs.get("block_size", 16))
     else:
         w = _workload.ChatWorkload(**{**dict(wkey), "seed": seed})
         paths = w.paths(kwargs.get("block_size", 16))
@@ -475,19 +648,24 @@ def _seed_job(job) -> dict[str, dict[str, float]]:
     return {p: {f: float(getattr(r, f)) for f in fields} for p, r in res.items()}
 
 
-def _map(jobs: list, processes: int | None) -> list:
-    """Run ``_seed_job`` over ``jobs``, on ``processes`` worker processes where fork exists
-    (None: up to 2, the book's build machine's cores)."""
-    import multiprocessing as mp
+def _map(jobs: list, processes: int | None, executor=None, w=None) -> list:
+    """Run ``_seed_job`` over ``jobs`` through :func:`kvlab.sweep.sweep`: on ``executor`` when
+    given (a fixed workload ``w`` then travels with each job), else on ``processes`` local worker
+    processes (None: up to 2, the book's build machine's cores), which inherit ``w``."""
     import os
 
+    from .sweep import sweep as _sweep
+
+    if executor is not None:
+        if processes is not None:
+            raise ValueError("give either an executor or processes, not both")
+        if w is not None:
+            jobs = [j[:-1] + (w,) for j in jobs]
+        return _sweep(_seed_job, jobs, executor=executor, progress=False)
     if processes is None:
         processes = min(2, os.cpu_count() or 1)
     processes = check_int("processes", processes, lo=1, hi=256)
-    if processes == 1 or len(jobs) == 1 or "fork" not in mp.get_all_start_methods():
-        return [_seed_job(j) for j in jobs]
-    with mp.get_context("fork").Pool(min(processes, len(jobs))) as pool:
-        return pool.map(_seed_job, jobs, chunksize=1)
+    return _sweep(_seed_job, jobs, processes=processes, progress=False)
 
 
 def _jobs(w, workload_kwargs, seeds, policies, kwargs, fields):
@@ -505,7 +683,7 @@ def _jobs(w, workload_kwargs, seeds, policies, kwargs, fields):
     wkey = None if w is not None else tuple(sorted((workload_kwargs or {}).items()))
     if "seed" in dict(wkey or ()):
         raise ValueError("workload_kwargs must not hold 'seed': the seeds come from `seeds`")
-    return seeds, [(wkey, s, tuple(policies), dict(kwargs), tuple(fields)) for s in seeds]
+    return seeds, [(wkey, s, tuple(policies), dict(kwargs), tuple(fields), None) for s in seeds]
 
 
 def over_seeds(
@@ -516,6 +694,7 @@ def over_seeds(
     workload_kwargs: dict | None = None,
     fields=FIGURES,
     processes: int | None = None,
+    executor=None,
     **kwargs,
 ) -> dict[str, dict]:
     """Each policy's figures over several random streams: ``{policy: {field: Spread}}``.
@@ -524,7 +703,9 @@ def over_seeds(
     from ``workload_kwargs`` (the demo's defaults when None) and every policy runs on it with the
     same ``seed`` (which also seeds random routing). A fixed workload ``w`` (a trace) is reused
     for every seed instead; then only random routing varies. ``fields`` name FleetResult
-    attributes; ``kwargs`` go to :func:`simulate`. Seeds run on ``processes`` worker processes.
+    attributes; ``kwargs`` go to :func:`simulate`. Seeds run on ``processes`` worker processes,
+    or on ``executor`` (any ``concurrent.futures.Executor``, e.g. a Dask client's
+    ``get_executor()``; see :mod:`kvlab.sweep`).
     """
     from .seeds import summarise
 
@@ -532,7 +713,7 @@ def over_seeds(
     if w is not None:
         _SHARED["w"], _SHARED["paths"] = w, w.paths(kwargs.get("block_size", 16))
     try:
-        out = _map(jobs, processes)
+        out = _map(jobs, processes, executor, w)
     finally:
         _SHARED.clear()
     return {p: {f: summarise([o[p][f] for o in out], seeds) for f in fields} for p in policies}
@@ -548,13 +729,15 @@ def sweep_over_seeds(
     workload_kwargs: dict | None = None,
     fields=FIGURES,
     processes: int | None = None,
+    executor=None,
     **kwargs,
 ) -> dict[str, dict[str, list]]:
     """:func:`over_seeds` as one parameter takes each of ``values``:
     ``{policy: {field: [Spread per value]}}``.
 
     ``param`` is a :func:`simulate` keyword (e.g. "cache_tokens") or a ChatWorkload keyword (e.g.
-    "skew", "conversations"). All (value, seed) runs share the worker processes.
+    "skew", "conversations"). All (value, seed) runs share the worker processes (or
+    ``executor``, as in :func:`over_seeds`).
     """
     from .seeds import summarise
 
@@ -584,7 +767,7 @@ def sweep_over_seeds(
     if w is not None:
         _SHARED["w"], _SHARED["paths"] = w, w.paths(kwargs.get("block_size", 16))
     try:
-        out = _map(jobs, processes)
+        out = _map(jobs, processes, executor, w)
     finally:
         _SHARED.clear()
     n = len(seed_lists[0])
