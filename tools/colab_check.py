@@ -279,6 +279,22 @@ def default_venv(prefix: str, python_version: str, pins: dict[str, str]) -> Path
     return venv
 
 
+def kvlab_installed_from(vpy: Path, lib: Path) -> bool:
+    """True when the venv has kvlab installed editable from ``lib`` (then nothing to reinstall:
+    its dependencies are part of the environment's key)."""
+    code = (
+        "import importlib.metadata as m, json\n"
+        "try: print(json.dumps(json.loads(m.distribution('kvlab').read_text('direct_url.json'))))\n"
+        "except Exception: print('null')\n"
+    )
+    res = subprocess.run([str(vpy), "-c", code], capture_output=True, text=True, check=False)
+    try:
+        info = json.loads(res.stdout) or {}
+    except ValueError:
+        return False
+    return bool(info.get("dir_info", {}).get("editable")) and info.get("url") == lib.as_uri()
+
+
 def ensure_venv(venv: Path, python: str, pins: dict[str, str], recreate: bool) -> Path:
     vpy = venv / "bin" / "python"
     stamp = venv / ".colab-stamp.json"
@@ -289,7 +305,8 @@ def ensure_venv(venv: Path, python: str, pins: dict[str, str], recreate: bool) -
         try:
             if json.loads(stamp.read_text()) == want and installed_versions(vpy, names) == pins:
                 log(f"reusing {shown}")
-                pip(vpy, "--no-deps", "-e", str(ROOT / "lib"))
+                if not kvlab_installed_from(vpy, ROOT / "lib"):
+                    pip(vpy, "--no-deps", "-e", str(ROOT / "lib"))
                 return vpy
         except (OSError, ValueError, subprocess.SubprocessError):
             pass
