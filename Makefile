@@ -78,11 +78,12 @@ book: $(STAMP) engine
 	exit $$status
 
 ## Every test: the library (and its numeric part under five BLAS kernel sets), the strict build
-## (which executes every notebook once), nbval on what the build executed, the site in a browser.
-test: engine-required test-lib test-kernels-quick test-build test-notebooks test-site
+## (which executes every notebook once), nbval on what the build executed, the site in a browser,
+## and the notebooks whose imports differ from the book's in Colab's pinned environment.
+test: engine-required test-lib test-kernels-quick test-build test-notebooks test-site colab-check-fast
 
 test-lib: $(STAMP) engine
-	$(BIN)/python -m pytest -q -p no:cacheprovider lib/tests tests/test_repo.py tests/test_checks_can_fail.py tests/test_nbval_from_build.py tests/test_engine_setup.py tests/engine
+	$(BIN)/python -m pytest -q -p no:cacheprovider lib/tests tests/test_repo.py tests/test_checks_can_fail.py tests/test_nbval_from_build.py tests/test_engine_setup.py tests/test_declared_imports.py tests/test_colab_check.py tests/test_no_machine_paths.py tests/engine
 
 # OpenBLAS picks its kernels by CPU; these force each kernel set CI's and readers' CPUs may get.
 KERNELS := Prescott Nehalem Sandybridge Haswell Zen
@@ -124,7 +125,7 @@ notebooks: $(STAMP)
 serve: book
 	$(BIN)/python -m http.server --directory _build/html 8000
 
-## Run every non-lab notebook in an environment with Colab's package versions (no myst-nb).
+## Run every notebook in environments with Colab's package versions (no myst-nb; see README).
 colab-check:
 	$(PYTHON) tools/colab_check.py
 
