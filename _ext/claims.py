@@ -35,7 +35,9 @@ HOLDS_SUFFIX = "__holds"  # as kvlab.claims.HOLDS_SUFFIX (the book's build does 
 MARK_TEXT = "check"
 
 
-def rewrite(text: str, page: Path, owner: dict[str, Path], srcdir: Path) -> tuple[str, list[tuple[str, str]], list[str]]:
+def rewrite(
+    text: str, page: Path, owner: dict[str, Path], srcdir: Path
+) -> tuple[str, list[tuple[str, str]], list[str]]:
     """Replace each {claim}`key` in ``text`` (the source of ``page``).
 
     Returns the new text, the (key, deciding notebook's docname) pairs used, and the keys no
@@ -98,7 +100,12 @@ def verdict_problems(uses: dict[str, list[tuple[str, str]]], folder: Path) -> li
                 cache[nb_doc] = read_glue(folder, nb_doc)
             glued = cache[nb_doc]
             if glued is None:
-                problems.append((page, f"claim {key!r}: no glue values from {nb_doc} in this build (was it executed?)"))
+                problems.append(
+                    (
+                        page,
+                        f"claim {key!r}: no glue values from {nb_doc} in this build (was it executed?)",
+                    )
+                )
                 continue
             if key not in glued:
                 problems.append((page, f"claim {key!r}: {nb_doc} no longer glues its sentence"))
@@ -108,7 +115,10 @@ def verdict_problems(uses: dict[str, list[tuple[str, str]]], folder: Path) -> li
                 problems.append((page, f"claim {key!r}: {nb_doc} glues no verdict for it"))
             elif verdict.strip().lower() != "true":
                 problems.append(
-                    (page, f"claim {key!r} is false in {nb_doc}: {plain_text(glued[key])!r}; change the sentence")
+                    (
+                        page,
+                        f"claim {key!r} is false in {nb_doc}: {plain_text(glued[key])!r}; change the sentence",
+                    )
                 )
     return problems
 
@@ -161,7 +171,9 @@ def _on_purge(app, env, docname: str) -> None:
 def _on_merge(app, env, docnames, other) -> None:
     if not hasattr(env, "kvlab_claims"):
         env.kvlab_claims = {}
-    env.kvlab_claims.update({d: u for d, u in getattr(other, "kvlab_claims", {}).items() if d in docnames})
+    env.kvlab_claims.update(
+        {d: u for d, u in getattr(other, "kvlab_claims", {}).items() if d in docnames}
+    )
 
 
 def _on_check(app, env) -> None:
