@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from docutils import nodes
+from glue_keys import key_index  # a sibling local extension (_ext/ is on sys.path)
 from sphinx import addnodes
 from sphinx.util import logging
-
-from glue_keys import key_index  # noqa: I001 - a sibling local extension (_ext/ is on sys.path)
 
 logger = logging.getLogger(__name__)
 
@@ -142,8 +141,6 @@ def claimmark_role(name, rawtext, text, lineno, inliner, options=None, content=N
     )
     ref += nodes.inline(MARK_TEXT, MARK_TEXT, classes=["kvlab-claim-mark"])
     sup = nodes.superscript("", "", ref, classes=["kvlab-claim"])
-    sup["ids"] = []
-    sup["names"] = []
     title = f"claim {key}: decided in {docname}"
     ref["reftitle"] = title
     return [sup], []
