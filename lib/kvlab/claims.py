@@ -39,8 +39,10 @@ def verdict_text(holds: bool) -> str:
     return "true" if holds else "false"
 
 
-def claim(key: str, holds: object, text: str) -> bool:
-    """Record the sentence ``text`` under ``key`` with its verdict ``holds``; return the verdict.
+def claim(key: str, holds: object, text: str) -> None:
+    """Record the sentence ``text`` under ``key`` with its verdict ``holds`` (returns nothing, so a
+    cell ending with it shows only the printed verdict line; nbval runs cells without the history
+    a trailing ``;`` needs).
 
     ``holds`` must be a bool (numpy bools are accepted): compute it from the best evidence, e.g.
     ``a.mean < b.mean and a.differs_from(b)`` for two :class:`kvlab.seeds.Spread`.
@@ -59,4 +61,3 @@ def claim(key: str, holds: object, text: str) -> bool:
     glue(key, text.strip())
     glue(holds_key(key), verdict_text(verdict))
     print(f"claim {key}: {'holds' if verdict else 'FALSE'}")
-    return verdict
