@@ -109,3 +109,11 @@ def test_spoken_answer_is_at_most_250_words_and_6_numbers():
 def test_the_counter_can_fail():
     assert len(NUMBER.findall("12.6 % of 8,000 chats in 5 minutes, 156x")) == 4
     assert quotes("a\n> one\n> two\n\n> three\n") == [["one", "two"], ["three"]]
+
+
+def test_every_claim_the_card_uses_holds_in_the_stored_outputs():
+    keys = CLAIM_ROLE.findall(CARD.read_text(encoding="utf-8"))
+    assert len(keys) >= 10
+    for key in keys:
+        sentence(key)
+        assert glued_text(OWNER[key], key + HOLDS_SUFFIX) == "true", f"claim {key!r} is not true"
