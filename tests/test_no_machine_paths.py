@@ -19,9 +19,7 @@ NOTEBOOKS = sorted(
 )
 #: Notebooks known to show a machine path, each with its owner's fix pending (strict: once fixed,
 #: the test passes unexpectedly and the entry must go).
-KNOWN = {
-    "lab1-vllm-prefix-caching.ipynb": "Lab 1 prints its server command with the model's absolute path",
-}
+KNOWN: dict[str, str] = {}  # notebook name -> why it still shows a path (none left)
 MACHINE_PATH = re.compile(r"(?<![\w.:/])/(?:work|root|home|tmp|Users|content|private/var)/[\w.+-]")
 
 

@@ -50,10 +50,7 @@ WEIGHT_PAGES = {
 }
 MACHINE_PATH = re.compile(r"(?<![\w.])(/work/|/root/|/home/|/tmp/|\.venv(?:-engine)?/)")
 # Lab pages whose paths are being removed on other branches.
-PATHS_ELSEWHERE = {
-    "notebooks/labs/lab1-vllm-prefix-caching.html": "gpu",
-    "notebooks/labs/lab3-disaggregated-prefill.html": "p22",
-}
+PATHS_ELSEWHERE: dict[str, str] = {}  # page -> branch fixing its paths (none left)
 
 # Everything wider than the screen: the document's own width, and elements whose box sticks out
 # of the viewport without a scrolling container around them.
