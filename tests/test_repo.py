@@ -101,6 +101,49 @@ def test_execution_problems_detects_bad_notebooks():
     assert "top to bottom" in execution_problems({"cells": [code(2), code(1)]})[0]
 
 
+HIDDEN_OUTPUT_TAGS = {"remove-cell", "remove-output", "remove_cell", "remove_output"}
+
+
+def figures_without_alt(nb: dict) -> list[int]:
+    """Cells whose committed outputs hold an image the page shows, without a `mystnb.image.alt`.
+
+    The site test finds the same defect in the built page, but only after a full build; this
+    finds it in a second. Cells tagged to hide their output are not on the page."""
+    bad = []
+    for i, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        md = cell.get("metadata", {})
+        if HIDDEN_OUTPUT_TAGS & set(md.get("tags", [])):
+            continue
+        shows_image = any(
+            any(k.startswith("image/") for k in out.get("data", {}))
+            for out in cell.get("outputs", [])
+            if out.get("output_type") in ("display_data", "execute_result")
+        )
+        alt = md.get("mystnb", {}).get("image", {}).get("alt", "")
+        if shows_image and not str(alt).strip():
+            bad.append(i)
+    return bad
+
+
+def test_every_shown_figure_has_alt_text():
+    bad = {rel(p): cells for p in notebooks() if (cells := figures_without_alt(load(p)))}
+    assert not bad, (
+        "figures without alt text (add metadata mystnb.image.alt to the cell):\n"
+        + "\n".join(f"{k}: cells {v}" for k, v in sorted(bad.items()))
+    )
+
+
+def test_figures_without_alt_detects_missing_alt():
+    img = [{"output_type": "display_data", "data": {"image/png": "AA=="}}]
+    cell = {"cell_type": "code", "source": "plot()", "outputs": img, "metadata": {}}
+    assert figures_without_alt({"cells": [cell]}) == [0]
+    hidden = {**cell, "metadata": {"tags": ["remove-cell"]}}
+    with_alt = {**cell, "metadata": {"mystnb": {"image": {"alt": "A line rising"}}}}
+    assert figures_without_alt({"cells": [hidden, with_alt]}) == []
+
+
 # ---------------------------------------------------------------------------------------------
 # Glue
 # ---------------------------------------------------------------------------------------------
