@@ -80,10 +80,10 @@ book: $(STAMP) engine
 ## Every test: the library (and its numeric part under five BLAS kernel sets), the strict build
 ## (which executes every notebook once), nbval on what the build executed, the site in a browser,
 ## and the notebooks whose imports differ from the book's in Colab's pinned environment.
-test: engine-required test-lib test-kernels-quick test-notebooks-live test-build test-site colab-check-fast
+test: engine-required test-lib test-kernels-quick test-build test-notebooks test-site colab-check-fast
 
 test-lib: $(STAMP) engine
-	$(BIN)/python -m pytest -q -p no:cacheprovider lib/tests tests/test_repo.py tests/test_checks_can_fail.py tests/test_nbval_from_build.py tests/test_engine_setup.py tests/test_declared_imports.py tests/test_colab_check.py tests/test_no_machine_paths.py tests/test_exercises.py tests/engine
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 lib/tests tests/test_repo.py tests/test_checks_can_fail.py tests/test_nbval_from_build.py tests/test_engine_setup.py tests/test_declared_imports.py tests/test_colab_check.py tests/test_no_machine_paths.py tests/test_exercises.py tests/engine
 
 # OpenBLAS picks its kernels by CPU; these force each kernel set CI's and readers' CPUs may get.
 KERNELS := Prescott Nehalem Sandybridge Haswell Zen
@@ -101,9 +101,8 @@ test-kernels-quick: $(STAMP)
 	  OPENBLAS_CORETYPE=$$k $(BIN)/python -m pytest -q -p no:cacheprovider $(KERNEL_TESTS_QUICK) || exit 1; done
 
 # nbval's checks on the notebooks the strict build just executed (tools/nbval_from_build.py), so
-# that each notebook runs once. Not yet in `make test`: on myst-nb's executed copies some cells
-# that print around glue calls lose stream lines (p08-04, p22-04, reference-costs), so it reports
-# differences that live nbval does not; `make test` runs test-notebooks-live until that is solved.
+# that each notebook runs once: the committed outputs of every checked cell against the build's
+# executed copy (whitespace in printed text aside, which myst-nb's stream merging changes).
 test-notebooks: book
 	PYTHONPATH=tools $(BIN)/python -m pytest -q -p no:cacheprovider -p nbval_from_build --nbval-lax --nbval-outputs-from _build/jupyter_execute notebooks solutions $(addprefix --ignore=,$(ENGINE_NOTEBOOKS))
 

@@ -89,6 +89,21 @@ def test_changed_printed_line_fails(tree):
     assert "Cell outputs differ" in out
 
 
+def test_whitespace_of_merged_streams_passes(tree):
+    """What myst-nb's stream merging does to a printout (a line broken where a chunk ended, a
+    blank line more, trailing spaces gone) is not a difference; the changed digit above is."""
+    path = tree / "exec" / WORKED
+    nb = nbformat.read(path, as_version=4)
+    cells = _checked_cells(nb)
+    for cell in cells:
+        for o in cell.outputs:
+            if o.output_type == "stream" and " " in o.text.strip():
+                o.text = o.text.replace(" ", "\n", 1).rstrip() + "\n\n"
+    nbformat.write(nb, path)
+    failed, passed, out = _run(tree, tree / "exec", WORKED)
+    assert failed == 0 and passed > 5, out
+
+
 def test_cell_that_raised_in_the_build_fails(tree):
     path = tree / "exec" / WORKED
     nb = nbformat.read(path, as_version=4)
