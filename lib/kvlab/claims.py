@@ -18,10 +18,16 @@ Like :func:`kvlab.glue.glue`, this works without myst-nb (Colab): it then only p
 from __future__ import annotations
 
 import math
+import os
 import re
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .glue import glue
+
+if TYPE_CHECKING:
+    from .assumptions import CostModel
+
+    CostModelLike = CostModel | str
 
 __all__ = [
     "HOLDS_SUFFIX",
@@ -91,7 +97,9 @@ def decide(found: list[Claim]) -> None:
         claim(c.key, c.holds, c.text)
 
 
-def _pools(cost, max_batch_cap: int = 256, max_busy: float = 0.9, hit_rate: float = 0.0):
+def _pools(
+    cost: CostModelLike, max_batch_cap: int = 256, max_busy: float = 0.9, hit_rate: float = 0.0
+) -> tuple[float, float, int, int]:
     """Problem 22's pools under ``cost``: (prefill work, decode work, deployed P, deployed D).
 
     Prefill work is demand over one replica's prompt throughput; decode work is the Little's-law
@@ -115,7 +123,7 @@ def _pools(cost, max_batch_cap: int = 256, max_busy: float = 0.9, hit_rate: floa
     return p_work, d_work, p_dep, d_dep
 
 
-def p22_card_claims(book, measured) -> list[Claim]:
+def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]:
     """The Problem 22 card's claims that the cost model decides without simulating queues, under the
     two calibrations ``book`` and ``measured`` (:class:`kvlab.costs.Costs`). A test passes a changed
     ``book`` to show that a card sentence turns false when a constant moves."""
@@ -167,6 +175,8 @@ def p22_card_claims(book, measured) -> list[Claim]:
         for n, c in cal.items()
     }
     nvlink_bidir = hardware.H100_SXM.nvlink_bidir_bytes_per_s
+    if nvlink_bidir is None:
+        raise ValueError("kvlab.hardware.H100_SXM must state its NVLink bandwidth")
     hgx = hardware.NVLINK_DOMAIN_GPUS["HGX H100 / H200 server"]
     mha = MODEL.with_(kv_heads=MODEL.q_heads)
     mha_factor = calc.model_kv_bytes_per_token(mha) / beta
@@ -239,8 +249,13 @@ def p22_card_claims(book, measured) -> list[Claim]:
         Claim(
             "p22_claim_tpot_split",
             bool(
-                costs.decode_cost_s(cal["book"], calc.max_decode_batch(pools.tpot_s,
-                    cal["book"].decode_base_s, cal["book"].decode_per_request_s), ctx)
+                costs.decode_cost_s(
+                    cal["book"],
+                    calc.max_decode_batch(
+                        pools.tpot_s, cal["book"].decode_base_s, cal["book"].decode_per_request_s
+                    ),
+                    ctx,
+                )
                 <= pools.tpot_s + 1e-12
             ),
             "Decode steps carry no prefill, so a decode pool held to its largest batch meets "
@@ -322,7 +337,7 @@ _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _DIRECTIVE = re.compile(r"^\s*(```+|:::+)\S*.*$|^\s*:[a-z-]+:.*$|^\(\S+\)=\s*$", re.M)
 
 
-def stored_glue(root) -> dict[str, str]:
+def stored_glue(root: str | os.PathLike) -> dict[str, str]:
     """Every value the committed notebooks under ``root`` (``notebooks/``, ``solutions/``) glue as
     text: key -> the string a page shows."""
     import ast
@@ -372,7 +387,7 @@ def reading_minutes(n_words: int) -> int:
     return max(1, round(n_words / WORDS_PER_MINUTE))
 
 
-def notebook_prose(path) -> str:
+def notebook_prose(path: str | os.PathLike) -> str:
     """The markdown cells of the notebook at ``path``, joined (a reader reads these; code is
     skimmed, so a reading time counts prose only)."""
     import json
@@ -386,7 +401,7 @@ def notebook_prose(path) -> str:
     )
 
 
-def reading_time(root, pages: list[str]) -> tuple[int, int]:
+def reading_time(root: str | os.PathLike, pages: list[str]) -> tuple[int, int]:
     """(words, minutes) of ``pages`` (paths relative to ``root``: ``.md`` pages and notebooks)
     with every glued value filled in from the committed notebooks."""
     from pathlib import Path
