@@ -17,11 +17,28 @@ Like :func:`kvlab.glue.glue`, this works without myst-nb (Colab): it then only p
 
 from __future__ import annotations
 
+import math
+import os
 import re
+from typing import TYPE_CHECKING, NamedTuple
 
 from .glue import glue
 
-__all__ = ["HOLDS_SUFFIX", "KEY_PATTERN", "claim", "holds_key", "verdict_text"]
+if TYPE_CHECKING:
+    from .assumptions import CostModel
+
+    CostModelLike = CostModel | str
+
+__all__ = [
+    "HOLDS_SUFFIX",
+    "KEY_PATTERN",
+    "Claim",
+    "claim",
+    "decide",
+    "holds_key",
+    "p22_card_claims",
+    "verdict_text",
+]
 
 #: Suffix of the companion key that carries a claim's verdict.
 HOLDS_SUFFIX = "__holds"
@@ -61,3 +78,338 @@ def claim(key: str, holds: object, text: str) -> None:
     glue(key, text.strip())
     glue(holds_key(key), verdict_text(verdict))
     print(f"claim {key}: {'holds' if verdict else 'FALSE'}")
+
+
+# --- the Problem 22 card's claims that need no simulation -------------------------------------------
+
+
+class Claim(NamedTuple):
+    """One claim before it is glued: its key, its verdict and its sentence."""
+
+    key: str
+    holds: bool
+    text: str
+
+
+def decide(found: list[Claim]) -> None:
+    """Glue and print every claim of ``found`` (:func:`claim` for each)."""
+    for c in found:
+        claim(c.key, c.holds, c.text)
+
+
+def _pools(
+    cost: CostModelLike, max_batch_cap: int = 256, max_busy: float = 0.9, hit_rate: float = 0.0
+) -> tuple[float, float, int, int]:
+    """Problem 22's pools under ``cost``: (prefill work, decode work, deployed P, deployed D).
+
+    Prefill work is demand over one replica's prompt throughput; decode work is the Little's-law
+    concurrency over the largest batch whose step (at the mean context, prompt + output / 2) meets
+    the TPOT target, capped at the simulator's ``max_batch_cap``; deployed counts keep every
+    replica at most ``max_busy`` busy (:func:`kvlab.calc.replicas_with_headroom`).
+    """
+    from . import calc, costs
+    from .assumptions import P22_POOLS as pools
+
+    c = costs.as_costs(cost)
+    per_replica = pools.prompt_tokens / costs.prefill_cost_s(c, pools.prompt_tokens)
+    demand = calc.prefill_demand(pools.rate_rps, pools.prompt_tokens, hit_rate)
+    ctx = pools.prompt_tokens + pools.output_tokens / 2
+    k_eff = c.decode_per_request_s + c.decode_per_context_token_s * ctx
+    batch = min(math.floor((pools.tpot_s - c.decode_base_s) / k_eff), max_batch_cap)
+    concurrency = calc.decode_concurrency(pools.rate_rps, pools.output_tokens, pools.tpot_s)
+    p_work, d_work = demand / per_replica, concurrency / batch
+    p_dep = calc.replicas_with_headroom(demand, per_replica, max_busy)
+    d_dep = calc.replicas_with_headroom(concurrency, batch, max_busy)
+    return p_work, d_work, p_dep, d_dep
+
+
+def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]:
+    """The Problem 22 card's claims that the cost model decides without simulating queues, under the
+    two calibrations ``book`` and ``measured`` (:class:`kvlab.costs.Costs`). A test passes a changed
+    ``book`` to show that a card sentence turns false when a constant moves."""
+    from . import calc, costs, disagg, hardware, units
+    from .assumptions import MODEL, NIC_BYTES_PER_S, P22_POOLS, P22_TRANSFER
+
+    X, pools = P22_TRANSFER, P22_POOLS
+    cal = {"book": costs.as_costs(book), "measured": costs.as_costs(measured)}
+    beta = calc.model_kv_bytes_per_token(MODEL, 2)
+    kv = calc.kv_bytes(X.prompt_tokens, beta)
+    per_gpu = calc.per_gpu_bytes(kv, X.tp, MODEL.kv_heads)
+    t_each = calc.transfer_seconds(per_gpu, NIC_BYTES_PER_S)
+    t_one = calc.transfer_seconds(kv, NIC_BYTES_PER_S)
+    pre = {n: costs.prefill_cost_s(c, X.prompt_tokens) for n, c in cal.items()}
+    share_each = {n: disagg.transfer_share_of_ttft(t_each, p) for n, p in pre.items()}
+    share_one = {n: disagg.transfer_share_of_ttft(t_one, p) for n, p in pre.items()}
+    exposed = disagg.exposed_transfer_seconds(
+        prefill_s=pre["book"], transfer_s=t_each, layers=MODEL.layers
+    )
+    ridge = hardware.H100_SXM.ridge_flops_per_byte
+    ctx = pools.prompt_tokens + pools.output_tokens / 2
+    i_pre = disagg.prefill_intensity(MODEL, pools.prompt_tokens)
+    i_dec = disagg.decode_intensity(MODEL, 100, ctx)
+    chunk, batch50 = 512, 50
+    mixed = {
+        n: (
+            costs.mixed_step_s(chunk, batch50, ctx, calibration=n)
+            if n == "measured"
+            else calc.evaluate(
+                "mixed_step_seconds_model",
+                a=c.decode_base_s,
+                k=c.decode_per_request_s,
+                c_kv=c.decode_per_context_token_s,
+                n_b=batch50,
+                n_ctx=ctx,
+                tau=c.prefill_s_per_token,
+                t_pair=c.prefill_s_per_pair,
+                n_tok=chunk,
+                c=0,
+            ),
+            costs.decode_cost_s(c, batch50, ctx),
+        )
+        for n, c in cal.items()
+    }
+    pool = {n: _pools(c) for n, c in cal.items()}
+    pool_hit = {n: _pools(c, hit_rate=pools.hit_rate_with_caching) for n, c in cal.items()}
+    lever = {
+        n: costs.lever_ratio(c, pools.prompt_tokens, pools.output_tokens, pools.tpot_s)
+        for n, c in cal.items()
+    }
+    nvlink_bidir = hardware.H100_SXM.nvlink_bidir_bytes_per_s
+    if nvlink_bidir is None:
+        raise ValueError("kvlab.hardware.H100_SXM must state its NVLink bandwidth")
+    hgx = hardware.NVLINK_DOMAIN_GPUS["HGX H100 / H200 server"]
+    mha = MODEL.with_(kv_heads=MODEL.q_heads)
+    mha_factor = calc.model_kv_bytes_per_token(mha) / beta
+    fp8_factor = calc.model_kv_bytes_per_token(MODEL, 1) / beta
+    pb, pm = pool["book"], pool["measured"]
+    hb, hm = pool_hit["book"], pool_hit["measured"]
+    pct, sec = units.fmt_pct, units.fmt_seconds
+    tok = units.fmt_int(X.prompt_tokens)
+    return [
+        Claim(
+            "p22_claim_why_split",
+            bool(
+                i_pre > ridge > i_dec
+                and all(m > s for m, s in mixed.values())
+                and mixed["book"][0] > pools.tpot_s
+            ),
+            "Prefill is compute-bound and sets TTFT; decode is bandwidth-bound and sets TPOT; "
+            "colocated, every prefill chunk stretches the decode steps it rides with.",
+        ),
+        Claim(
+            "p22_claim_transfer_cheap",
+            bool(max(share_each.values()) < 0.02),
+            f"Shipping the KV cache is cheap once you compute it: an {tok}-token prompt on a 70B "
+            "model with GQA moves in a few milliseconds with one NIC per GPU, under 2 % of TTFT "
+            "with either calibration.",
+        ),
+        Claim(
+            "p22_claim_overlap",
+            bool(exposed < t_each / 10),
+            "Pulled after prefill, as vLLM's NIXL connector does, all of it adds to TTFT; sent "
+            "layer by layer while prefill runs, almost none of it does.",
+        ),
+        Claim(
+            "p22_claim_nvlink",
+            bool(2 * X.tp > hgx),
+            "NVLink needs both sides in one NVLink domain, which an HGX server cannot give two "
+            "pools that each span a whole server, so across servers it is RDMA.",
+        ),
+        Claim(
+            "p22_claim_pools",
+            bool(pb[2] > pb[3] and pm[2] > pm[3] and pm[2] < pb[2] and pm[3] < pb[3]),
+            "Prefill demand over one replica's throughput, and Little's law over the largest "
+            "batch that meets TPOT, give more prefill than decode replicas in both calibrations: "
+            f"with headroom the book's round numbers say {pb[2]} : {pb[3]}, and the measured "
+            "costs need fewer of both.",
+        ),
+        Claim(
+            "p22_claim_hits_flip",
+            bool(hb[0] < hb[1] and hm[0] < hm[1] and hb[1] == pb[1]),
+            "Prefix caching flips the work: at "
+            f"{pct(pools.hit_rate_with_caching)} hits, prefill work falls below decode work, "
+            "which does not shrink, so I'd keep the ratio adjustable.",
+        ),
+        # the calibrations disagree on how large the lever is
+        Claim(
+            "p22_claim_calibrations_disagree",
+            bool(lever["book"] > 1.5 and lever["measured"] < 1.35),
+            "The book's round numbers make interference, and so the split's gain, large: the "
+            f"averages promise {lever['book']:.1f}x the colocated capacity with them but only "
+            f"{lever['measured']:.1f}x with the costs fitted to aiconfigurator's database.",
+        ),
+        Claim(
+            "p22_claim_tpot_colocated",
+            bool(all(m > s for m, s in mixed.values()) and mixed["book"][0] > pools.tpot_s),
+            f"A {chunk}-token prefill chunk stretches a {batch50}-request decode step from "
+            f"{sec(mixed['book'][1])} to {sec(mixed['book'][0])} with the book's numbers "
+            f"(past the {sec(pools.tpot_s)} target) and from {sec(mixed['measured'][1])} to "
+            f"{sec(mixed['measured'][0])} measured.",
+        ),
+        Claim(
+            "p22_claim_tpot_split",
+            bool(
+                costs.decode_cost_s(
+                    cal["book"],
+                    calc.max_decode_batch(
+                        pools.tpot_s, cal["book"].decode_base_s, cal["book"].decode_per_request_s
+                    ),
+                    ctx,
+                )
+                <= pools.tpot_s + 1e-12
+            ),
+            "Decode steps carry no prefill, so a decode pool held to its largest batch meets "
+            "the TPOT target on every step.",
+        ),
+        Claim(
+            "p22_claim_ttft_split",
+            bool(share_each["book"] < 0.02 and exposed / (pre["book"] + exposed) < 0.001),
+            f"Prefill runs alone at full speed; the transfer adds {pct(share_each['book'])} of "
+            f"TTFT with a NIC per GPU when sent after prefill (book), "
+            f"{pct(exposed / (pre['book'] + exposed), 2)} sent layer by layer.",
+        ),
+        Claim(
+            "p22_claim_mistake_free",
+            bool(max(share_each.values()) < 0.02 and t_one / t_each == X.nics),
+            f"For the {tok}-token request it is {sec(t_each)} with a NIC per GPU and "
+            f"{sec(t_one)} through one NIC, against {sec(pre['book'])} of prefill with the book's "
+            f"numbers or {sec(pre['measured'])} measured.",
+        ),
+        Claim(
+            "p22_claim_mistake_gqa",
+            bool(mha_factor == MODEL.q_heads / MODEL.kv_heads and fp8_factor == 0.5),
+            f"The same 70B shape with multi-head attention moves {mha_factor:.0f}x more; fp8 KV "
+            "halves it.",
+        ),
+        Claim(
+            "p22_claim_mistake_one_way",
+            bool(
+                calc.one_way_bandwidth(nvlink_bidir) == nvlink_bidir / 2
+                and NIC_BYTES_PER_S == 400e9 / 8
+            ),
+            f"An H100's NVLink {units.fmt_rate_bytes(nvlink_bidir)} counts both directions, so a "
+            f"transfer gets {units.fmt_rate_bytes(calc.one_way_bandwidth(nvlink_bidir))}; a "
+            f"400 Gb/s NIC's {units.fmt_rate_bytes(NIC_BYTES_PER_S)} is already one way.",
+        ),
+        Claim(
+            "p22_claim_mistake_one_nic",
+            bool(t_one / t_each == X.nics and share_one["measured"] > 2 * share_one["book"]),
+            f"Eight GPUs sharing one NIC take eight times longer: {sec(t_one)}, "
+            f"{pct(share_one['book'])} of TTFT with the book's prefill but "
+            f"{pct(share_one['measured'])} with the faster measured one.",
+        ),
+        Claim(
+            "p22_claim_mistake_hidden",
+            bool(exposed < t_each / 10),
+            f"Sent layer by layer during prefill, {sec(exposed, 2)} of the {sec(t_each)} stays "
+            "exposed; a pull after prefill (vLLM's NIXL connector, DistServe) or a push after the "
+            "whole prefill exposes all of it.",
+        ),
+        Claim(
+            "p22_claim_mistake_heads",
+            bool(
+                calc.per_gpu_bytes(kv, 2 * MODEL.kv_heads, MODEL.kv_heads)
+                == calc.per_gpu_bytes(kv, MODEL.kv_heads, MODEL.kv_heads)
+            ),
+            f"With {MODEL.kv_heads} KV heads, TP {2 * MODEL.kv_heads} gives each GPU one whole "
+            f"(replicated) head, {units.fmt_bytes(per_gpu)} as at TP {MODEL.kv_heads}: per-GPU "
+            "bytes stop shrinking at TP = KV heads.",
+        ),
+        Claim(
+            "p22_claim_mistake_fixed",
+            bool((pb[2], pb[3]) != (hb[2], hb[3]) and (pb[2], pb[3]) != (pm[2], pm[3])),
+            f"The deployed split moves with the traffic and the costs: {pb[2]} : {pb[3]} with the "
+            f"book's numbers, {hb[2]} : {hb[3]} with {pct(pools.hit_rate_with_caching)} prefix "
+            f"hits, {pm[2]} : {pm[3]} with the measured costs.",
+        ),
+    ]
+
+
+# --- reading times, from word counts ----------------------------------------------------------------
+
+#: Reading speed behind every reading time the book states (words per minute of technical prose).
+WORDS_PER_MINUTE = 200
+_ROLE = re.compile(r"\{(claim|num)\}`([A-Za-z0-9_]+)`")
+_LABELLED = re.compile(r"\{(term|doc|ref|numref)\}`([^`<]*?)\s*(?:<[^`]*>)?`")
+_DROP = re.compile(r"\{(cite|eq)\}`[^`]*`")
+_GLUE = re.compile(r"\{glue:text\}`[^`]*`")
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_DIRECTIVE = re.compile(r"^\s*(```+|:::+)\S*.*$|^\s*:[a-z-]+:.*$|^\(\S+\)=\s*$", re.M)
+
+
+def stored_glue(root: str | os.PathLike) -> dict[str, str]:
+    """Every value the committed notebooks under ``root`` (``notebooks/``, ``solutions/``) glue as
+    text: key -> the string a page shows."""
+    import ast
+    import json
+    from pathlib import Path
+
+    values: dict[str, str] = {}
+    for folder in ("notebooks", "solutions"):
+        for path in sorted(Path(root, folder).rglob("*.ipynb")):
+            if ".ipynb_checkpoints" in path.parts:
+                continue
+            nb = json.loads(path.read_text(encoding="utf-8"))
+            for cell in nb.get("cells", []):
+                for out in cell.get("outputs", []) or []:
+                    meta = (out.get("metadata") or {}).get("scrapbook") or {}
+                    raw = (out.get("data") or {}).get(meta.get("mime_prefix", "") + "text/plain")
+                    if "name" not in meta or raw is None:
+                        continue
+                    raw = "".join(raw) if isinstance(raw, list) else raw
+                    try:
+                        value = ast.literal_eval(raw)
+                    except (ValueError, SyntaxError):
+                        value = raw
+                    values[meta["name"]] = value if isinstance(value, str) else str(value)
+    return values
+
+
+def page_text(text: str, glued: dict[str, str]) -> str:
+    """A MyST page's words as a reader sees them: claims and numbers filled in from ``glued``,
+    roles reduced to their visible text, citations, directive fences and option lines dropped."""
+    text = _ROLE.sub(lambda m: glued.get(m.group(2), "x"), text)
+    text = _LABELLED.sub(lambda m: m.group(2), text)
+    text = _GLUE.sub("x", _DROP.sub("", text))
+    text = _LINK.sub(lambda m: m.group(1), text)
+    return _DIRECTIVE.sub("", text)
+
+
+def words(text: str) -> int:
+    """Words in ``text``: runs of characters between spaces that hold a letter or a digit."""
+    return sum(1 for w in text.split() if any(ch.isalnum() for ch in w))
+
+
+def reading_minutes(n_words: int) -> int:
+    """Minutes to read ``n_words`` at :data:`WORDS_PER_MINUTE`, rounded, at least one."""
+    if isinstance(n_words, bool) or not isinstance(n_words, int) or n_words < 0:
+        raise ValueError(f"n_words must be a non-negative int, got {n_words!r}")
+    return max(1, round(n_words / WORDS_PER_MINUTE))
+
+
+def notebook_prose(path: str | os.PathLike) -> str:
+    """The markdown cells of the notebook at ``path``, joined (a reader reads these; code is
+    skimmed, so a reading time counts prose only)."""
+    import json
+    from pathlib import Path
+
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    return "\n".join(
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        for c in nb.get("cells", [])
+        if c.get("cell_type") == "markdown"
+    )
+
+
+def reading_time(root: str | os.PathLike, pages: list[str]) -> tuple[int, int]:
+    """(words, minutes) of ``pages`` (paths relative to ``root``: ``.md`` pages and notebooks)
+    with every glued value filled in from the committed notebooks."""
+    from pathlib import Path
+
+    glued = stored_glue(root)
+    total = 0
+    for rel in pages:
+        path = Path(root, rel)
+        src = notebook_prose(path) if path.suffix == ".ipynb" else path.read_text(encoding="utf-8")
+        total += words(page_text(src, glued))
+    return total, reading_minutes(total)

@@ -471,7 +471,8 @@ def questions() -> list[Question]:
             None,
             "the system prompt always hits; the history is on the chosen replica 1 time in 8.",
             f"{units.fmt_int(cached_r)} of {units.fmt_int(total)} prompt tokens: the system "
-            f"prompt, plus the history one time in {p8.replicas}.",
+            f"prompt, plus the history one time in {p8.replicas}. A floor, not a prediction: "
+            "prefix hits nest, so random routing keeps more while caches have room.",
             "notebooks/p08-04-worked-answer",
         ),
         Question(
@@ -482,7 +483,8 @@ def questions() -> list[Question]:
             None,
             "everything but the new tokens is cached.",
             f"{units.fmt_int(s + h)} of {units.fmt_int(total)} prompt tokens: all but the "
-            "new message.",
+            "new message, while the history is still cached (in the worked scenario most "
+            "histories are evicted before the next turn).",
             "notebooks/p08-04-worked-answer",
         ),
         Question(
@@ -525,7 +527,8 @@ def questions() -> list[Question]:
             "prefill demand / 10,000; decode: Little's law concurrency / the largest batch "
             "under 40 ms.",
             "Prefill tokens per second over one replica's rate; decode: Little's law "
-            "concurrency over the largest batch that meets the TPOT target.",
+            "concurrency over the largest batch that meets the TPOT target (the book's round "
+            "numbers). Deploy with headroom: no pool at 100 % busy.",
             "notebooks/p22-02-worked-answer",
         ),
         Question(

@@ -1,0 +1,226 @@
+"""The interview cards are made of checked claims and stay short.
+
+For both cards: at least 20 distinct claims, each true in the deciding notebook's stored outputs;
+every line of the spoken answers is one claim (so no recommendation is said without one); the
+spoken answer has at most 250 words and 6 numbers; the takeaway box at most 120 words; the core
+card about 1,500 words; the diagram it shows is glued, with alt text, by its own notebook; its
+stated reading time is the one its word count gives. And the mechanism bites: moving one constant
+of the book's cost model (the decode step's fixed cost, to the measured calibration's) turns a
+card claim false.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "_ext"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from claims import CLAIM_ROLE, HOLDS_SUFFIX  # noqa: E402
+from glue_keys import key_index  # noqa: E402
+from test_p08_spoken_answer import NUMBER, glued_text, quotes, section  # noqa: E402
+
+from kvlab import claims as kvclaims  # noqa: E402
+
+CARDS = {
+    "p08": (ROOT / "book" / "p08-card.md", ROOT / "notebooks" / "p08-04-worked-answer.ipynb"),
+    "p22": (ROOT / "book" / "p22-card.md", ROOT / "notebooks" / "p22-02-worked-answer.ipynb"),
+}
+MIN_CLAIMS = 20
+MAX_SPOKEN_WORDS, MAX_SPOKEN_NUMBERS = 250, 6
+MAX_TAKEAWAY_WORDS = 120
+#: "At most about 1,500 words": the core card with every claim and number filled in.
+MAX_CORE_WORDS = {"p22": 1_700, "p08": 1_700}
+OWNER, _ = key_index(ROOT)
+GLUED = kvclaims.stored_glue(ROOT)
+SPOKEN_HEADING = "## How to say it in the interview"
+
+
+def card_text(name: str) -> str:
+    return CARDS[name][0].read_text(encoding="utf-8")
+
+
+def card_claims(name: str) -> list[str]:
+    return sorted(set(CLAIM_ROLE.findall(card_text(name))))
+
+
+def holds(key: str) -> bool:
+    assert key in OWNER, f"no notebook decides claim {key!r}"
+    return glued_text(OWNER[key], key + HOLDS_SUFFIX) == "true"
+
+
+@pytest.mark.parametrize("name", ["p08", "p22"])
+def test_card_has_at_least_20_claims_all_true(name):
+    keys = card_claims(name)
+    assert len(keys) >= MIN_CLAIMS, f"{name} card has {len(keys)} claims (at least {MIN_CLAIMS})"
+    false = [k for k in keys if not holds(k)]
+    assert not false, f"claims the {name} card uses that are not true: {false}"
+
+
+@pytest.mark.parametrize("name", ["p08", "p22"])
+def test_every_line_of_the_spoken_answers_is_a_claim(name):
+    blocks = quotes(section(card_text(name), SPOKEN_HEADING))
+    assert len(blocks) >= 2 and len(blocks[1]) < len(blocks[0]), "answer and 60-second version"
+    bare = [line for block in blocks for line in block if not CLAIM_ROLE.fullmatch(line)]
+    assert not bare, f"spoken lines without a claim role: {bare}"
+
+
+def spoken_counts(name: str) -> tuple[int, int]:
+    block = quotes(section(card_text(name), SPOKEN_HEADING))[0]
+    text = " ".join(GLUED[CLAIM_ROLE.fullmatch(line).group(1)] for line in block)  # type: ignore[union-attr]
+    return len(text.split()), len(NUMBER.findall(text))
+
+
+@pytest.mark.parametrize("name", ["p08", "p22"])
+def test_spoken_answer_is_short_and_sayable(name):
+    words, numbers = spoken_counts(name)
+    assert words <= MAX_SPOKEN_WORDS, f"{name}: {words} words (at most {MAX_SPOKEN_WORDS})"
+    assert numbers <= MAX_SPOKEN_NUMBERS, (
+        f"{name}: {numbers} numbers (at most {MAX_SPOKEN_NUMBERS})"
+    )
+
+
+def test_a_spoken_line_without_a_claim_is_caught():
+    text = "## How to say it in the interview\n\n> {claim}`a`\n> I'd use sticky routing.\n\n> {claim}`a`\n"
+    blocks = quotes(section(text, SPOKEN_HEADING))
+    assert [line for b in blocks for line in b if not CLAIM_ROLE.fullmatch(line)] == [
+        "I'd use sticky routing."
+    ]
+
+
+def takeaway(text: str) -> str:
+    m = re.search(r"```\{admonition\} Takeaway\n(?::[a-z-]+:[^\n]*\n)*(.*?)```", text, re.S)
+    assert m, "the card opens with a Takeaway admonition"
+    return m.group(1)
+
+
+@pytest.mark.parametrize("name", ["p08", "p22"])
+def test_takeaway_box_first_and_short(name):
+    text = card_text(name)
+    assert text.index("{admonition} Takeaway") < text.index("\n## ")
+    n = kvclaims.words(kvclaims.page_text(takeaway(text), GLUED))
+    assert n <= MAX_TAKEAWAY_WORDS, f"{name} takeaway has {n} words (at most {MAX_TAKEAWAY_WORDS})"
+
+
+@pytest.mark.parametrize("name", ["p08", "p22"])
+def test_core_card_is_about_1500_words(name):
+    n = kvclaims.words(kvclaims.page_text(card_text(name), GLUED))
+    assert n <= MAX_CORE_WORDS[name], f"{name} card has {n} words (at most {MAX_CORE_WORDS[name]})"
+
+
+DIAGRAMS = {"p08": "p08_routing", "p22": "p22_disaggregation"}
+
+
+@pytest.mark.parametrize("name", ["p08", "p22"])
+def test_diagram_is_drawn_by_the_cards_notebook_with_alt_text(name):
+    text = card_text(name)
+    m = re.search(r"```\{figure\} (images/\S+\.svg)\n(?::[a-z]+:[^\n]*\n)*", text)
+    assert m, f"the {name} card shows no diagram from book/images/"
+    alt = re.search(r"^:alt: (.+)$", m.group(0), re.M)
+    assert alt and len(alt.group(1).split()) >= 15, "the card's diagram needs alt text"
+    assert text.index(m.group(1)) < text.index("\n## "), "the diagram belongs at the top"
+    svg = ROOT / "book" / m.group(1)
+    assert svg.is_file(), f"{svg} is missing: execute {CARDS[name][1].name}"
+    nb = json.loads(CARDS[name][1].read_text(encoding="utf-8"))
+    cells = [
+        c
+        for c in nb["cells"]
+        if c["cell_type"] == "code"
+        and f"diagrams.{DIAGRAMS[name]}()" in "".join(c["source"])
+        and f"../book/{m.group(1)}" in "".join(c["source"])
+    ]
+    assert len(cells) == 1, f"{CARDS[name][1].name} does not draw and save {m.group(1)}"
+    shown = cells[0]["metadata"].get("mystnb", {}).get("image", {}).get("alt", "")
+    assert len(shown.split()) >= 15, "the notebook's figure needs alt text too"
+
+
+@pytest.mark.parametrize("name", ["p08", "p22"])
+def test_committed_diagram_is_what_the_code_draws(name):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from kvlab.plots import diagrams, use_style
+
+    svg = ROOT / "book" / "images" / f"{name}-diagram.svg"
+    stored = svg.read_bytes()
+    if f"Matplotlib v{matplotlib.__version__}".encode() not in stored:
+        pytest.skip("the committed SVG was drawn by another matplotlib version")
+    use_style()
+    assert diagrams.svg_bytes(getattr(diagrams, DIAGRAMS[name])()) == stored, (
+        f"{svg.name} is stale: re-execute {CARDS[name][1].name}"
+    )
+
+
+def test_diagram_arguments_are_checked(tmp_path):
+    from kvlab.plots import diagrams
+
+    with pytest.raises(ValueError):
+        diagrams.p08_routing(replicas=1)
+    with pytest.raises(ValueError):
+        diagrams.save_svg(diagrams.p22_disaggregation(), tmp_path / "x.png")
+    fig = diagrams.p22_disaggregation()
+    assert diagrams.save_svg(fig, tmp_path / "d.svg") is True
+    assert diagrams.save_svg(fig, tmp_path / "d.svg") is False
+
+
+FIRST_READ = ["book/start-here.md", "book/p08-card.md", "book/p22-card.md",
+              "notebooks/p08-04-worked-answer.ipynb", "notebooks/p22-02-worked-answer.ipynb",
+              "book/self-check.md"]  # fmt: skip
+READING = {
+    "p08": ("p08_card_reading", ["book/p08-card.md"]),
+    "p08_deeper": ("p08_deeper_reading", ["book/p08-deeper.md"]),
+    "p22": ("p22_card_reading", ["book/p22-card.md"]),
+    "p22_deeper": ("p22_deeper_reading", ["book/p22-deeper.md"]),
+    "first_read": ("book_first_read", FIRST_READ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(READING))
+def test_reading_times_are_the_word_counts(name):
+    key, pages = READING[name]
+    _, minutes = kvclaims.reading_time(ROOT, pages)
+    assert GLUED[key] == f"about {minutes} minutes", (
+        f"{key} says {GLUED[key]!r} but the pages' word count gives {minutes} minutes: re-execute "
+        f"{OWNER[key].name}"
+    )
+
+
+def test_home_page_states_the_computed_reading_times():
+    intro = (ROOT / "book" / "intro.md").read_text(encoding="utf-8")
+    for key in ("book_first_read", "book_deep_read", "p08_card_reading", "p22_card_reading"):
+        assert f"{{num}}`{key}`" in intro, key
+    assert "about an hour" not in intro and "a weekend" not in intro
+
+
+def test_reading_time_helpers():
+    assert kvclaims.reading_minutes(0) == 1 and kvclaims.reading_minutes(1_000) == 5
+    with pytest.raises(ValueError):
+        kvclaims.reading_minutes(-1)
+    text = "A {claim}`k` and {num}`n`; {term}`GQA <GQA>` {cite}`x`.\n```{admonition} T\n:class: tip\n```"
+    assert kvclaims.page_text(text, {"k": "one two three", "n": "4 GB"}).split() == [
+        "A", "one", "two", "three", "and", "4", "GB;", "GQA", ".",
+    ]  # fmt: skip
+    assert kvclaims.words("a - b 3") == 3
+
+
+# -- the mechanism bites ---------------------------------------------------------------------------
+
+
+def test_moving_one_constant_turns_a_p22_card_claim_false():
+    from kvlab import costs
+
+    measured = costs.cost_model("measured", gpu="H100-SXM", tp=8)
+    used = set(card_claims("p22"))
+    now = {c.key: c for c in kvclaims.p22_card_claims(costs.BOOK, measured)}
+    assert all(now[k].holds for k in now if k in used)
+    moved = dataclasses.replace(costs.BOOK, decode_base_s=measured.decode_base_s)
+    after = {c.key: c for c in kvclaims.p22_card_claims(moved, measured)}
+    flipped = sorted(k for k in used & set(after) if now[k].holds and not after[k].holds)
+    assert flipped, "no card claim depends on the decode step's fixed cost"
+    assert "p22_claim_calibrations_disagree" in flipped
