@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import platform
-import random
 import shlex
 import statistics
 import subprocess
@@ -426,27 +424,11 @@ def record_lab1(
     return lab1
 
 
-def model_config(model: str) -> dict:
-    """``config.json`` of a local model folder, or of a hub model id (read through the hub cache,
-    downloaded if need be)."""
-    if engine.is_local_model(model):
-        return json.loads((Path(model) / "config.json").read_text())
-    from huggingface_hub import hf_hub_download  # type: ignore[import-not-found]
-
-    return json.loads(Path(hf_hub_download(model, "config.json")).read_text())
-
-
-def lab3_prompts(vocab_size: int, n: int, tokens: int, seed: int = 0) -> list[list[int]]:
-    """The lab page's prompts: ``n`` lists of ``tokens`` random ids in [10, vocab_size)."""
-    rng = random.Random(seed)
-    return [[rng.randrange(10, vocab_size) for _ in range(tokens)] for _ in range(n)]
-
-
 def record_lab3(
     machine: dict,
     p: dict,
     run_split: Callable[..., pd_split.NixlSplit] = pd_split.run_nixl_split,
-    config: Callable[[str], dict] = model_config,
+    config: Callable[[str], dict] = pd_split.model_config,
     skip: str | None = None,
 ) -> dict:
     """Lab 3's live split (``p["lab3"]``), recorded with the fields the lab page reads
@@ -467,7 +449,7 @@ def record_lab3(
         cfg = config(model)
         shape = pd_split.shape_from_dict(cfg, Path(model).name)
         beta = calc.kv_bytes_per_token(shape.layers, shape.kv_heads, shape.head_dim, 4)
-        prompts = lab3_prompts(int(cfg["vocab_size"]), q["prompts"], q["prompt_tokens"])
+        prompts = pd_split.random_prompts(int(cfg["vocab_size"]), q["prompts"], q["prompt_tokens"])
         live = run_split(model, prompts, max_tokens=q["max_tokens"], device=q["device"])
         summary = pd_split.split_summary(live, beta)
         kwargs, _ = pd_split.engine_configs(model, q["device"])["prefill"]

@@ -135,6 +135,28 @@ def shape_from_dict(cfg: dict, name: str):
     )
 
 
+def model_config(model: str) -> dict:
+    """``config.json`` of a local model folder, or of a hub model id (through the hub cache,
+    downloaded if need be: a GPU machine's path)."""
+    if engine.is_local_model(model):
+        return json.loads((Path(model) / "config.json").read_text())
+    from huggingface_hub import hf_hub_download  # type: ignore[import-not-found]
+
+    return json.loads(Path(hf_hub_download(model, "config.json")).read_text())
+
+
+def random_prompts(vocab_size: int, n: int, tokens: int, seed: int = 0) -> list[list[int]]:
+    """The lab's prompts: ``n`` lists of ``tokens`` random token ids in [10, ``vocab_size``)
+    (Python's ``random.Random(seed)``, the same lists on every machine)."""
+    import random
+
+    check_int("vocab_size", vocab_size, lo=11)
+    check_int("n", n, lo=1)
+    check_int("tokens", tokens, lo=1)
+    rng = random.Random(seed)
+    return [[rng.randrange(10, vocab_size) for _ in range(tokens)] for _ in range(n)]
+
+
 def engine_env(
     core: int | None = None,
     extra: dict | None = None,
