@@ -17,7 +17,7 @@ def gpu():
 def test_gpu_engines_share_one_gpu_and_pull_from_gpu_memory(gpu):
     assert list(gpu) == ["prefill", "decode"]
     shares = []
-    for name, (kwargs, _) in gpu.items():
+    for kwargs, _ in gpu.values():
         assert kwargs["model"] == "Qwen/Qwen2.5-0.5B-Instruct"
         assert kwargs["dtype"] == "float32"  # exact comparisons; runs on a T4 too
         assert kwargs["block_size"] == 16  # vLLM's CUDA default (config/cache.py)

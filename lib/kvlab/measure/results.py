@@ -303,10 +303,10 @@ def _lab3_lines(rec: dict) -> list[str]:
         f"formula {units.fmt_int(s['formula_bytes'][0])} B; equal on "
         f"{sum(s['bytes_equal_formula'])} of {n}"
     )
+    lines.append(f"  decode output equals colocated on {sum(s['equal_to_colocated'])} of {n}")
     lines += _wrap(
-        f"  decode output equals colocated on {sum(s['equal_to_colocated'])} of {n}; control "
-        f"(prompt i with prompt i+1's KV) differs on {sum(s['control_differs'])} of "
-        f"{len(s['control_differs'])}"
+        f"  control (prompt i with prompt i+1's KV): output differs from colocated on "
+        f"{sum(s['control_differs'])} of {len(s['control_differs'])}"
     )
     lines += _wrap(
         f"  decode engine computed {s['local_tokens']} prompt tokens, received "
