@@ -82,7 +82,7 @@ def test_page_renders_the_dry_run(dry_run, monkeypatch, capsys):
     path, _ = dry_run
     out = _render(path.parent, monkeypatch, capsys)
     assert out.startswith("DRY RUN on the CPU")
-    assert "bytes pulled per request: 524,288, 524,288 B; formula 524,288 B; equal on 2 of 2" in out
+    assert "bytes pulled per request: 524,288 B on all 2; formula 524,288 B; equal on 2 of 2" in out
     assert "decode output equals colocated on 2 of 2" in out
     assert "output differs from colocated on 2 of 2" in out and "CHECK FAILED" not in out
     assert max(len(line) for line in out.splitlines()) <= results.WIDTH

@@ -298,10 +298,15 @@ def _lab3_lines(rec: dict) -> list[str]:
         f"  NIXL split on {s['device']}, {s.get('dtype', '?')}, {s['block_size']}-token blocks, "
         f"memory shares {s.get('memory_shares') or 'n/a'}"
     )
+    got = s["bytes"]
+    pulled = (
+        f"{units.fmt_int(got[0])} B on all {n}"
+        if len(set(got)) == 1
+        else ", ".join(units.fmt_int(b) for b in got) + " B"
+    )
     lines += _wrap(
-        f"  bytes pulled per request: {', '.join(units.fmt_int(b) for b in s['bytes'])} B; "
-        f"formula {units.fmt_int(s['formula_bytes'][0])} B; equal on "
-        f"{sum(s['bytes_equal_formula'])} of {n}"
+        f"  bytes pulled per request: {pulled}; formula {units.fmt_int(s['formula_bytes'][0])} B;"
+        f" equal on {sum(s['bytes_equal_formula'])} of {n}"
     )
     lines.append(f"  decode output equals colocated on {sum(s['equal_to_colocated'])} of {n}")
     lines += _wrap(
