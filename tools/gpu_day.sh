@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The day a GPU is lent: record Labs 1, 2 and 3 on one H100/H200 in under 10 minutes.
+# The day a GPU is lent: record Labs 1, 2 and 3 on one H100/H200 in about 10 minutes.
 #
 # Usage, from the repository root, on the GPU machine:
 #   bash tools/gpu_day.sh            # records into results/, then lists what it wrote
@@ -9,7 +9,8 @@
 # Needs: an NVIDIA driver >= 580 (requirements-gpu.txt's torch is a CUDA 13 build), a Python with
 # lib/ importable and requirements-gpu.txt installed (`pip install -r requirements-gpu.txt`; without
 # vLLM, Lab 1's vLLM parts are recorded as not run, with the reason), and the Lab 1 model in the hub
-# cache or the network (Qwen/Qwen2.5-0.5B-Instruct; --vllm-model DIR takes a local folder).
+# cache or the network (Qwen/Qwen2.5-0.5B-Instruct, Labs 1 and 3; --vllm-model DIR takes a local
+# folder). Lab 3 also needs NIXL (requirements-gpu.txt's nixl).
 # Every step has its own time limit; a step that fails is reported and the next one still runs.
 # The output names the commit, the driver, the versions and the model revision (results/*.json).
 set -u
@@ -58,22 +59,19 @@ if [ $status -ne 0 ]; then
   exit 1
 fi
 
-echo "== Labs 1 and 2 (tools/record_gpu.py $QUICK) [$(elapsed)]"
-timeout 420 "$PY" tools/record_gpu.py $QUICK --out "$OUT" "${EXTRA[@]}" || {
-  echo "record_gpu.py failed or ran past 7 minutes (exit $?): see above" >&2
+echo "== Labs 1 and 2 (tools/record_gpu.py --labs lab1,lab2 $QUICK) [$(elapsed)]"
+timeout 420 "$PY" tools/record_gpu.py --labs lab1,lab2 $QUICK --out "$OUT" "${EXTRA[@]}" || {
+  echo "record_gpu.py (Labs 1 and 2) failed or ran past 7 minutes (exit $?): see above" >&2
   status=1
 }
 
-echo "== Lab 3 [$(elapsed)]"
-if [ -f tools/record_lab3_gpu.py ]; then
-  timeout 150 "$PY" tools/record_lab3_gpu.py --out "$OUT" || {
-    echo "tools/record_lab3_gpu.py failed or ran past 2.5 minutes (exit $?)" >&2
-    status=1
-  }
-else
-  echo "Lab 3's GPU path is pending: no GPU function exists yet (kvlab.measure.pd_split runs"
-  echo "vLLM's CPU build only; tools/record_lab3_gpu.py is where it will go). Labs 1-2 recorded."
-fi
+# Lab 3: the live NixlConnector split, both engines on the one GPU (40 % of its memory each), the
+# decode engine pulling each request's KV from the prefill engine's GPU memory.
+echo "== Lab 3 (tools/record_gpu.py --labs lab3) [$(elapsed)]"
+timeout 180 "$PY" tools/record_gpu.py --labs lab3 $QUICK --out "$OUT" "${EXTRA[@]}" || {
+  echo "record_gpu.py (Lab 3) failed or ran past 3 minutes (exit $?): see above" >&2
+  status=1
+}
 
 echo "== written [$(elapsed)]"
 git status --short -- "$OUT"

@@ -1,9 +1,10 @@
-"""Record both labs' GPU measurements into results/ (one command, a few minutes on a GPU).
+"""Record the labs' GPU measurements into results/ (one command, a few minutes on a GPU).
 
 Usage (from the repository root, on a machine with a CUDA GPU and requirements-gpu.txt):
 
-    python tools/record_gpu.py            # writes results/lab1-<gpu>-<date>.json and lab2-...
+    python tools/record_gpu.py            # writes results/lab1-<gpu>-<date>.json, lab2-, lab3-
     python tools/record_gpu.py --quick    # fewer repeats and lengths (a smoke run)
+    python tools/record_gpu.py --labs lab3  # one lab only
     python tools/record_gpu.py --dry-run  # every job on the CPU (the engine environment): checks
                                           # the code path, writes to a temporary folder
 
@@ -13,14 +14,19 @@ between two processes (NCCL with two GPUs, gloo always); prefill of a PyTorch mo
 shape with random weights, 1K to 32K tokens. Lab 1: the same model with real prefix reuse (a
 2,000-token shared prompt); vLLM's offline engine (the notebook's ``lab1`` job: the engine is shut
 down and its GPU memory seen back before anything else starts); then vLLM's servers (the
-``serving`` job, started one after the other). Each part is tried on its own: a part that fails is
-recorded with its reason and the parts before it are kept. Nothing is invented.
+``serving`` job, started one after the other). Lab 3: the live prefill/decode split with vLLM's
+``NixlConnector`` (:func:`kvlab.measure.pd_split.run_nixl_split` with ``device="cuda"``): two
+engines on the one GPU, each with its share of GPU memory, the decode engine pulling each request's
+KV from the prefill engine's GPU memory; the bytes against the formula, the output against the
+colocated run, the control (prompt i decoded with prompt i+1's KV). Each part is tried on its own:
+a part that fails is recorded with its reason and the parts before it are kept. Nothing is invented.
 
 Every file's ``machine`` block names the GPU, driver, CUDA, torch, vLLM and transformers versions,
 the commit, the model and its revision, the date and the command.
 
 ``--dry-run`` runs the same jobs on the CPU: the copies and the prefill with small sizes, gloo, and
-vLLM's CPU build in the engine environment with the tiny model. Its files say ``dry_run: true`` and
+vLLM's CPU build in the engine environment with the tiny model (Lab 3: both engines on the CPU,
+NIXL through host memory, under the engine lock, ``KVLAB_ENGINE_LOCK``). Its files say ``dry_run: true`` and
 carry ``dry-run`` in their names; the lab pages never show them as GPU results.
 """
 
@@ -43,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
 from kvlab import calc, models  # noqa: E402  (after the sys.path line above)
-from kvlab.measure import copies, discover, engine, results, transfer  # noqa: E402
+from kvlab.measure import copies, discover, engine, pd_split, results, transfer  # noqa: E402
 from kvlab.measure.engine_jobs import LAB1_FLEET, LAB1_REPLAY  # noqa: E402
 
 #: PyPI's torch 2.13.0 (requirements-gpu.txt) is a CUDA 13 build: CUDA 13.x runs on drivers from
@@ -263,6 +269,7 @@ def plan(gpu: bool, quick: bool, dry_run: bool) -> dict:
                 policies=("random", "cache_aware"),
                 warmup=4,
             ),
+            "lab3": dict(model=None, device="cpu", prompts=2, prompt_tokens=512, max_tokens=8),
         }
     from kvlab.measure import vllm_lab
 
@@ -293,6 +300,10 @@ def plan(gpu: bool, quick: bool, dry_run: bool) -> dict:
             demo_requests=8,
             fleet_workload=None if quick else LAB1_FLEET,
             warmup=20,
+        ),
+        # the lab page's own run: 3 prompts of 2,000 tokens, 16 tokens decoded
+        "lab3": dict(
+            model=pd_split.GPU_MODEL, device="cuda", prompts=3, prompt_tokens=2000, max_tokens=16
         ),
     }
 
@@ -413,6 +424,52 @@ def record_lab1(
     return lab1
 
 
+def record_lab3(
+    machine: dict,
+    p: dict,
+    run_split: Callable[..., pd_split.NixlSplit] = pd_split.run_nixl_split,
+    config: Callable[[str], dict] = pd_split.model_config,
+    skip: str | None = None,
+) -> dict:
+    """Lab 3's live split (``p["lab3"]``), recorded with the fields the lab page reads
+    (:func:`kvlab.measure.pd_split.split_summary` plus the configuration: device, dtype, memory
+    shares, ``kv_transfer_config``); a failure is recorded with its reason."""
+    from kvlab.measure.engine_jobs import model_revision
+
+    q = p["lab3"]
+    model = str(q["model"] or engine.TINY_MODEL_DIR)
+    lab3: dict = {"machine": machine}
+    machine["model"] = engine.shown(model)
+    if skip:
+        lab3["nixl_split"] = {"recorded": False, "reason": skip}
+        return lab3
+    t0 = time.time()
+    try:
+        machine["model_revision"] = model_revision(model)
+        cfg = config(model)
+        shape = pd_split.shape_from_dict(cfg, Path(model).name)
+        beta = calc.kv_bytes_per_token(shape.layers, shape.kv_heads, shape.head_dim, 4)
+        prompts = pd_split.random_prompts(int(cfg["vocab_size"]), q["prompts"], q["prompt_tokens"])
+        live = run_split(model, prompts, max_tokens=q["max_tokens"], device=q["device"])
+        summary = pd_split.split_summary(live, beta)
+        kwargs, _ = pd_split.engine_configs(model, q["device"])["prefill"]
+        summary.update(
+            recorded=True,
+            model=engine.shown(model),
+            dtype=kwargs["dtype"],
+            kv_transfer_config=kwargs["kv_transfer_config"],
+            memory_shares=dict(pd_split.GPU_MEMORY_SHARE) if q["device"] == "cuda" else None,
+            max_tokens=q["max_tokens"],
+            split=live.as_dict(),
+        )
+        lab3["nixl_split"] = summary
+    except Exception as exc:  # noqa: BLE001 - record the failure
+        lab3["nixl_split"] = _error(exc)
+    lab3["nixl_split"]["elapsed_s"] = time.time() - t0
+    print(f"Lab 3 NIXL split: {'recorded' if lab3['nixl_split'].get('recorded') else 'FAILED'}")
+    return lab3
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats and lengths")
@@ -425,7 +482,9 @@ def main(argv=None) -> int:
         help="run every job on the CPU (engine environment, tiny model); writes to a temporary "
         "folder unless --out is given; the files are marked as a dry run",
     )
-    ap.add_argument("--labs", default="lab1,lab2", help="which labs to record (default: both)")
+    ap.add_argument(
+        "--labs", default="lab1,lab2,lab3", help="which labs to record (default: all three)"
+    )
     args = ap.parse_args(argv)
     labs = [x.strip() for x in args.labs.split(",") if x.strip()]
     for lab in labs:
@@ -447,14 +506,15 @@ def main(argv=None) -> int:
 
     p = plan(d.device == "cuda", args.quick, args.dry_run)
     if args.vllm_model:
-        p["lab1"]["model"] = p["serving"]["model"] = args.vllm_model
+        p["lab1"]["model"] = p["serving"]["model"] = p["lab3"]["model"] = args.vllm_model
     machine = machine_block(d, command.strip(), dry_run=args.dry_run)
     date = machine["date"]
     gpu_name = d.gpu_name or "cpu"
     start = time.time()
-    model, model_shape, dtype = make_prefill_model(d, p)
-    held = {"model": model}  # released before vLLM starts
-    del model
+    held: dict = {}  # the PyTorch model of Labs 1 and 2, released before vLLM starts
+    model_shape, dtype = None, None
+    if "lab1" in labs or "lab2" in labs:
+        held["model"], model_shape, dtype = make_prefill_model(d, p)
     written = []
     if "lab2" in labs:
         lab2 = record_lab2(d, p, dict(machine), held["model"], model_shape, dtype)
@@ -492,6 +552,20 @@ def main(argv=None) -> int:
         written.append(results.save_results("lab1", lab1, gpu_name, date, out_dir))
         print(f"wrote {written[-1]}")
     held.clear()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    if "lab3" in labs:
+        if args.no_vllm:
+            skip3 = "skipped by --no-vllm"
+        elif not args.dry_run and not pd_split.gpu_here():
+            skip3 = (
+                "vllm or nixl not installed in this Python (pip install -r requirements-gpu.txt)"
+            )
+        else:
+            skip3 = None
+        lab3 = record_lab3(dict(machine), p, skip=skip3)
+        written.append(results.save_results("lab3", lab3, gpu_name, date, out_dir))
+        print(f"wrote {written[-1]}")
     print(f"{time.time() - start:.0f} s in all")
     for path in written:
         print(results.describe(path.name.split("-")[0], results.load_results_file(path)))

@@ -26,7 +26,15 @@ LAB2_NB = ROOT / "notebooks/labs/lab2-kv-transfer.ipynb"
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("dry")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools/record_gpu.py"), "--dry-run", "--out", str(out)],
+        [
+            sys.executable,
+            str(ROOT / "tools/record_gpu.py"),
+            "--dry-run",
+            "--labs",
+            "lab1,lab2",  # Lab 3's dry run: test_record_gpu_lab3.py
+            "--out",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=900,

@@ -17,7 +17,10 @@ Two splits:
 - :func:`run_nixl_split`, vLLM's ``NixlConnector``: a prefill engine and a decode engine running
   at the same time; the decode engine pulls each request's KV blocks from the prefill engine's
   memory with NIXL (UCX on the loopback device) and the engine's own metrics give the bytes and the
-  time of every transfer.
+  time of every transfer. With ``device="cuda"`` the same split runs on one GPU: both engines share
+  it (each with its fraction of GPU memory, ``gpu_memory_utilization``) and NIXL reads the prefill
+  engine's KV blocks straight out of GPU memory (``kv_buffer_device="cuda"``); see
+  :func:`engine_configs`.
 
 Both return plain dataclasses that the lab notebook prints and checks.
 """
@@ -29,19 +32,31 @@ import os
 import shutil
 import statistics
 import struct
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .._validate import check_int
+from .._validate import check_choice, check_int
 from . import engine, pd_procs
 from .nixl_sweep import UCX_ENV
+from .vllm_lab import DEFAULT_GPU_MODEL, GPU_BLOCK_SIZE
 
 WORKER = Path(__file__).with_name("pd_worker.py")
 
 #: vLLM's CPU attention backend takes block sizes that are multiples of 32.
 BLOCK_SIZE = 32
+#: Where the live split can run: vLLM's CPU build, or one CUDA GPU shared by both engines.
+DEVICES = ("cpu", "cuda")
+#: The GPU path's model: Lab 1's (one download serves both labs).
+GPU_MODEL = DEFAULT_GPU_MODEL
+#: The fraction of the GPU's memory each engine may take (vLLM's ``gpu_memory_utilization``, a
+#: per-instance limit): two engines take 80 %, leaving room for two CUDA contexts and NIXL.
+GPU_MEMORY_SHARE = {"prefill": 0.4, "decode": 0.4}
+#: Both devices run fp32: the two engines' outputs can then be compared token for token, and fp32
+#: runs on every GPU vLLM supports (a T4 included; bfloat16 needs compute capability 8.0).
+DTYPE = "float32"
 
 
 def stored_tokens(prompt_tokens: int, block_size: int = BLOCK_SIZE) -> int:
@@ -120,14 +135,45 @@ def shape_from_dict(cfg: dict, name: str):
     )
 
 
-def engine_env(core: int | None = None, extra: dict | None = None) -> dict:
+def model_config(model: str) -> dict:
+    """``config.json`` of a local model folder, or of a hub model id (through the hub cache,
+    downloaded if need be: a GPU machine's path)."""
+    if engine.is_local_model(model):
+        return json.loads((Path(model) / "config.json").read_text())
+    from huggingface_hub import hf_hub_download  # type: ignore[import-not-found]
+
+    return json.loads(Path(hf_hub_download(model, "config.json")).read_text())
+
+
+def random_prompts(vocab_size: int, n: int, tokens: int, seed: int = 0) -> list[list[int]]:
+    """The lab's prompts: ``n`` lists of ``tokens`` random token ids in [10, ``vocab_size``)
+    (Python's ``random.Random(seed)``, the same lists on every machine)."""
+    import random
+
+    check_int("vocab_size", vocab_size, lo=11)
+    check_int("n", n, lo=1)
+    check_int("tokens", tokens, lo=1)
+    rng = random.Random(seed)
+    return [[rng.randrange(10, vocab_size) for _ in range(tokens)] for _ in range(n)]
+
+
+def engine_env(
+    core: int | None = None,
+    extra: dict | None = None,
+    device: str = "cpu",
+    model: str | None = None,
+) -> dict:
     """Environment for one engine process: the engine core in-process (one process per engine),
-    1 GiB of KV cache, OpenMP bound to ``core``, NIXL's side channel and UCX on loopback."""
-    env = engine.engine_env(UCX_ENV)
+    NIXL's side channel and UCX's network devices on loopback. On the CPU: 1 GiB of KV cache and
+    OpenMP bound to ``core``. On a GPU (``device="cuda"``): no CPU variables; the KV cache is sized
+    by ``gpu_memory_utilization`` (:func:`engine_kwargs`). ``model``: the offline variables are
+    set for a local folder (None: the tiny model) and left out for a hub model id, which must be
+    downloaded."""
+    check_choice("device", device, DEVICES)
+    env = engine.engine_env(UCX_ENV, model=model)
     env.update(
         {
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
             "VLLM_HOST_IP": "127.0.0.1",
             "VLLM_LOGGING_LEVEL": "INFO",
@@ -136,30 +182,101 @@ def engine_env(core: int | None = None, extra: dict | None = None) -> dict:
             "OMP_NUM_THREADS": "1",
         }
     )
-    if core is not None:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+    if device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = "1"
+        if core is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+    else:
+        for k in [k for k in env if k.startswith("VLLM_CPU_")]:
+            del env[k]
     env.update(extra or {})
     return env
 
 
-def engine_kwargs(model: str, kv_transfer_config: dict | None = None, **over) -> dict:
+def block_size_for(device: str) -> int:
+    """The block size the lab's engines use: 32 on the CPU (its attention backend takes multiples
+    of 32), vLLM's CUDA default of 16 on a GPU."""
+    check_choice("device", device, DEVICES)
+    return BLOCK_SIZE if device == "cpu" else GPU_BLOCK_SIZE
+
+
+def nixl_transfer_config(device: str = "cpu") -> dict:
+    """``KVTransferConfig`` of both live-split engines: ``NixlConnector``, each engine both
+    producer and consumer, KV moved from the buffers on ``device`` (on a GPU: the KV cache in GPU
+    memory, registered with NIXL as VRAM; no copy through the host)."""
+    check_choice("device", device, DEVICES)
+    return {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": device}
+
+
+def engine_kwargs(
+    model: str,
+    kv_transfer_config: dict | None = None,
+    device: str = "cpu",
+    memory_share: float | None = None,
+    **over,
+) -> dict:
     """``vllm.LLM`` arguments shared by every engine of the lab: fp32 (so outputs can be compared
-    exactly), eager mode, 32-token blocks, no prefix caching (every request asks the connector),
-    a seed, stats on for ``get_metrics``."""
+    exactly), eager mode, the device's block size (:func:`block_size_for`), no prefix caching
+    (every request asks the connector), a seed, stats on for ``get_metrics``. On a GPU,
+    ``memory_share`` is the engine's ``gpu_memory_utilization``."""
+    check_choice("device", device, DEVICES)
     kw = {
         "model": model,
-        "dtype": "float32",
+        "dtype": DTYPE,
         "enforce_eager": True,
-        "block_size": BLOCK_SIZE,
+        "block_size": block_size_for(device),
         "max_model_len": 4096,
         "enable_prefix_caching": False,
         "seed": 0,
         "disable_log_stats": False,
     }
+    if device == "cuda":
+        share = GPU_MEMORY_SHARE["prefill"] if memory_share is None else memory_share
+        if not 0.05 <= share <= 0.5:
+            raise ValueError(
+                f"memory_share must be within [0.05, 0.5] (two engines share one GPU), got {share}"
+            )
+        kw["gpu_memory_utilization"] = share
+    elif memory_share is not None:
+        raise ValueError("memory_share applies to device='cuda' only")
     if kv_transfer_config:
         kw["kv_transfer_config"] = kv_transfer_config
     kw.update(over)
     return kw
+
+
+def engine_configs(
+    model: str,
+    device: str = "cpu",
+    cores: tuple[int, int] = (0, 0),
+    ports: tuple[int, int] = (5600, 5601),
+) -> dict[str, tuple[dict, dict]]:
+    """What :func:`run_nixl_split` starts, engine by engine: ``{"prefill": (kwargs, env),
+    "decode": (kwargs, env)}``. Both engines get :func:`nixl_transfer_config` and their own NIXL
+    side-channel port; on the CPU each is pinned to its core, on a GPU each takes its
+    :data:`GPU_MEMORY_SHARE` of the same GPU."""
+    kvc = nixl_transfer_config(device)
+    out = {}
+    for name, core, port in zip(("prefill", "decode"), cores, ports, strict=True):
+        share = GPU_MEMORY_SHARE[name] if device == "cuda" else None
+        kwargs = engine_kwargs(model, kvc, device=device, memory_share=share)
+        env = engine_env(core, {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(port)}, device, model)
+        out[name] = (kwargs, env)
+    return out
+
+
+def gpu_here() -> bool:
+    """True when this Python can run the GPU split: vLLM and NIXL import here and torch sees a
+    CUDA GPU (a Colab GPU runtime or a GPU machine with ``requirements-gpu.txt``)."""
+    import importlib.util
+
+    if not engine.vllm_here() or importlib.util.find_spec("nixl") is None:
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
 
 
 class Engine:
@@ -686,6 +803,7 @@ class NixlSplit:
     # The decode engine prefilling each prompt itself (max_tokens=1, no transfer): its own
     # counters and prefill time for the same prompts, to set against the pulled requests'.
     decode_cold: list[NixlRequest] = field(default_factory=list)
+    device: str = "cpu"  # where both engines ran: vLLM's CPU build, or one CUDA GPU
 
     def used_pulled_kv(self) -> list[str]:
         """What says the decode engine did not use the KV it pulled ([] when nothing): output
@@ -726,6 +844,7 @@ def run_nixl_split(
     timeout_s: float = 400.0,
     cores: tuple[int, int] | None = None,
     ports: tuple[int, int] | None = None,
+    device: str = "cpu",
 ) -> NixlSplit:
     """A prefill and a decode engine at once, each pinned to its own core, ``NixlConnector`` with
     host (``cpu``) KV buffers. For each prompt: the prefill engine runs it with ``max_tokens=1``
@@ -737,32 +856,31 @@ def run_nixl_split(
     (``max_tokens=1``, no transfer). Each request's row carries the decode engine's metric deltas:
     NIXL bytes and times, prompt tokens computed and received (``vllm:prompt_tokens_by_source``)
     and prefill time. ``cores``: the CPUs the two engines are pinned to (default: the first two
-    this process may use, or its only one twice)."""
+    this process may use, or its only one twice). ``device="cuda"``: both engines on this
+    machine's first GPU with the configuration of :func:`engine_configs` (each its share of GPU
+    memory, KV pulled from GPU memory), started one after the other so that the second measures
+    the memory the first left free; ``python`` defaults to this Python where vLLM imports."""
+    check_choice("device", device, DEVICES)
     prompts = _prompts_ok(prompts)
     if cores is None:
         allowed = engine.allowed_cores()
         cores = (allowed[0], allowed[1 % len(allowed)])
     check_int("max_tokens", max_tokens, lo=1)
-    python = python or str(engine.engine_python())
+    if python is None:
+        in_here = device == "cuda" and engine.vllm_here()
+        python = sys.executable if in_here else str(engine.engine_python())
     if ports is None:
         ports = (pd_procs.free_port(), pd_procs.free_port())
     deadline = time.monotonic() + timeout_s
     t0 = time.perf_counter()
     checks = Checks()
-    kvc = {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
+    configs = engine_configs(model, device, cores, ports)
     with _WorkDir(None) as tmp, engine.engine_lock(), pd_procs.Children() as kids:
         try:
             engines = {}
-            for name, core, port in zip(("prefill", "decode"), cores, ports, strict=True):
-                env = engine_env(core, {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(port)})
+            for name, (kwargs, env) in configs.items():
                 engines[name] = Engine(
-                    kids,
-                    name,
-                    engine_kwargs(model, kvc),
-                    env,
-                    tmp / f"{name}.log",
-                    python,
-                    deadline,
+                    kids, name, kwargs, env, tmp / f"{name}.log", python, deadline
                 )
                 checks.start_s[name] = engines[name].ready["start_s"]
             pre, dec = engines["prefill"], engines["decode"]
@@ -818,7 +936,7 @@ def run_nixl_split(
             checks.all_gone = pd_procs.gone(kids.seen)
     return NixlSplit(
         "NixlConnector",
-        BLOCK_SIZE,
+        block_size_for(device),
         reference,
         Run.of("prefill", p_out),
         Run.of("decode", d_out),
@@ -829,7 +947,48 @@ def run_nixl_split(
         Run.of("control", c_out),
         c_reqs,
         cold_reqs,
+        device,
     )
+
+
+def split_summary(live: NixlSplit, kv_bytes_per_token: float) -> dict:
+    """The live split's checks as plain values (what the lab page prints and a GPU recording
+    keeps): bytes pulled per request against the formula (``kv_bytes_per_token`` times
+    :func:`pulled_tokens` at the split's block size), outputs equal to the colocated run, the
+    control's outputs that differ from it, the decode engine's prompt-token counters (pulled,
+    control, cold), NIXL's times, and :meth:`NixlSplit.used_pulled_kv`'s verdict."""
+    from .. import calc
+
+    if kv_bytes_per_token <= 0:
+        raise ValueError(f"kv_bytes_per_token must be > 0, got {kv_bytes_per_token}")
+    tokens = [r.prompt_tokens for r in live.requests]
+    formula = [
+        int(calc.kv_bytes(pulled_tokens(t, live.block_size), kv_bytes_per_token)) for t in tokens
+    ]
+    control = live.control
+    return {
+        "device": live.device,
+        "block_size": live.block_size,
+        "prompt_tokens": tokens,
+        "kv_bytes_per_token": kv_bytes_per_token,
+        "formula_bytes": formula,
+        "bytes": [r.bytes for r in live.requests],
+        "bytes_equal_formula": [r.bytes == f for r, f in zip(live.requests, formula, strict=True)],
+        "equal_to_colocated": live.decode.same_tokens(live.reference),
+        "max_logprob_gap": live.decode.max_logprob_gap(live.reference),
+        "control_differs": [not x for x in control.same_tokens(live.reference)] if control else [],
+        "local_tokens": [r.local_tokens for r in live.requests],
+        "external_tokens": [r.external_tokens for r in live.requests],
+        "control_local_tokens": [r.local_tokens for r in live.control_requests],
+        "cold_local_tokens": [r.local_tokens for r in live.decode_cold],
+        "xfer_s": [r.xfer_s for r in live.requests],
+        "decode_wall_s": [r.decode_wall_s for r in live.requests],
+        "start_s": dict(live.checks.start_s),
+        "non_loopback": list(live.checks.non_loopback),
+        "all_gone": live.checks.all_gone,
+        "problems": live.used_pulled_kv(),
+        "wall_s": live.wall_s,
+    }
 
 
 def summary_ms(values: list[float]) -> float:

@@ -25,7 +25,7 @@ from pathlib import Path
 from .. import units
 from .._validate import check_choice
 
-LABS = ("lab1", "lab2")
+LABS = ("lab1", "lab2", "lab3")
 RESULTS_DIR = Path(__file__).resolve().parents[3] / "results"
 #: Environment variable naming another folder of GPU recordings for the lab pages (a test points
 #: it at a dry run's output).
@@ -286,6 +286,43 @@ def _lab2_lines(rec: dict) -> list[str]:
     return lines
 
 
+def _lab3_lines(rec: dict) -> list[str]:
+    """Lab 3: the live split's checks (:func:`kvlab.measure.pd_split.split_summary`)."""
+    s = rec.get("nixl_split")
+    why = _failed(s)
+    if why is not None:
+        return _why("  NIXL split: not recorded", why)
+    assert s is not None
+    n = len(s["bytes"])
+    lines = _wrap(
+        f"  NIXL split on {s['device']}, {s.get('dtype', '?')}, {s['block_size']}-token blocks, "
+        f"memory shares {s.get('memory_shares') or 'n/a'}"
+    )
+    got = s["bytes"]
+    pulled = (
+        f"{units.fmt_int(got[0])} B on all {n}"
+        if len(set(got)) == 1
+        else ", ".join(units.fmt_int(b) for b in got) + " B"
+    )
+    lines += _wrap(
+        f"  bytes pulled per request: {pulled}; formula {units.fmt_int(s['formula_bytes'][0])} B;"
+        f" equal on {sum(s['bytes_equal_formula'])} of {n}"
+    )
+    lines.append(f"  decode output equals colocated on {sum(s['equal_to_colocated'])} of {n}")
+    lines += _wrap(
+        f"  control (prompt i with prompt i+1's KV): output differs from colocated on "
+        f"{sum(s['control_differs'])} of {len(s['control_differs'])}"
+    )
+    lines += _wrap(
+        f"  decode engine computed {s['local_tokens']} prompt tokens, received "
+        f"{s['external_tokens']}; cold {s['cold_local_tokens']}"
+    )
+    lines += _wrap(f"  NIXL time per pull: {_spread(s['xfer_s'])}")
+    for problem in s.get("problems", []):
+        lines += _wrap(f"  CHECK FAILED: {_short(problem)}")
+    return lines
+
+
 def describe(lab: str, recorded: list[dict] | None = None) -> str:
     """What a lab page prints about the GPU recordings of ``lab`` (``recorded``: as
     :func:`load_results` gives them; default: load them). Failed parts show as such with their
@@ -301,5 +338,5 @@ def describe(lab: str, recorded: list[dict] | None = None) -> str:
     lines: list[str] = []
     for rec in recorded:
         lines += header(rec)
-        lines += _lab1_lines(rec) if lab == "lab1" else _lab2_lines(rec)
+        lines += {"lab1": _lab1_lines, "lab2": _lab2_lines, "lab3": _lab3_lines}[lab](rec)
     return "\n".join(lines)
