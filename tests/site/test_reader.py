@@ -282,6 +282,21 @@ def test_machine_path_pattern_can_fail():
     assert not MACHINE_PATH.search("tokens/s per replica and 50 GB/s")
 
 
+# Waits until MathJax (where the page has it) has typeset and every font the page uses is in.
+SETTLED_JS = """async () => {
+  const wait = ms => new Promise(ok => setTimeout(ok, ms));
+  if (document.querySelector('script[src*="mathjax"]')) {
+    for (let i = 0; i < 200 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++) {
+      await wait(100);
+    }
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+      await Promise.race([MathJax.startup.promise, wait(20000)]);
+    }
+  }
+  await Promise.race([document.fonts.ready, wait(20000)]);
+}"""
+
+
 def first_visit_bytes(browser, server, rel: str) -> tuple[int, int]:
     """(bytes, requests) of a first visit to ``rel``: cache off, everything the page loads."""
     page = browser.new_page()
@@ -298,6 +313,9 @@ def first_visit_bytes(browser, server, rel: str) -> tuple[int, int]:
     )
     try:
         page.goto(server.base + rel, wait_until="networkidle", timeout=60_000)
+        # what the page loads once it has drawn: MathJax's fonts come after its typesetting
+        page.evaluate(SETTLED_JS)
+        page.wait_for_load_state("networkidle", timeout=60_000)
         page.wait_for_timeout(500)
     finally:
         page.close()
