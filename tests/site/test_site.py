@@ -427,6 +427,8 @@ MATH_JS = r"""async () => {
                    .map(s => s.textContent.trim()).filter(t => /\\\(|\\\[|\$\$|\\[a-zA-Z]/.test(t));
   return {math_spans: spans.length,
           rendered: document.querySelectorAll('mjx-container').length,
+          errors: Array.from(document.querySelectorAll('mjx-merror'))
+                       .map(e => e.getAttribute('data-mjx-error') || e.textContent).slice(0, 5),
           raw: raw.slice(0, 5),
           scripts: Array.from(document.scripts).map(s => s.src).filter(Boolean)};
 }"""
@@ -441,6 +443,9 @@ def math_problems(info: dict, base: str) -> list[str]:
         problems.append("MathJax rendered nothing (no mjx-container)")
     if info["raw"]:
         problems.append(f"raw TeX visible: {info['raw']}")
+    if info.get("errors"):
+        # a macro that the TeX components the site loads do not define (_ext/kvlab_site.py)
+        problems.append(f"MathJax errors: {info['errors']}")
     mathjax = [s for s in info["scripts"] if "mathjax" in s.lower()]
     if not mathjax:
         problems.append("no MathJax script on the page")
@@ -608,6 +613,8 @@ def test_checker_math_problems():
     raw = dict(good, rendered=0, raw=["\\(S/16\\)"], scripts=[])
     text = " ".join(math_problems(raw, base))
     assert "rendered nothing" in text and "raw TeX" in text and "no MathJax" in text
+    undefined = dict(good, errors=["Undefined control sequence \\cancel"])
+    assert "MathJax errors" in " ".join(math_problems(undefined, base))
 
 
 def test_checker_math_on_a_page_without_mathjax(broken_site, broken_server, browser):
