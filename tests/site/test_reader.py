@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import on_fresh_page
 from test_site import list_pages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +116,11 @@ INKS_JS = """(id) => {
 
 
 def _page(browser, server, viewport=None, dark=False):
-    page = browser.new_page()
+    return _set_up(browser.new_page(), server, viewport, dark)
+
+
+def _set_up(page, server, viewport=None, dark=False):
+    """Size, theme and the block on requests off the site, for a new page."""
     if viewport:
         page.set_viewport_size(viewport)
     mode = "dark" if dark else "light"
@@ -142,8 +147,8 @@ def _shot(page, site, name):
         try:
             page.screenshot(path=str(out / name), full_page=False)
             return out / name
-        except Exception:
-            if attempt == 2:
+        except Exception as exc:
+            if attempt == 2 or type(exc).__name__ == "TargetClosedError":
                 raise
             page.wait_for_timeout(1000)
     return None
@@ -154,8 +159,9 @@ def _shot(page, site, name):
 def test_nothing_overflows_a_phone(site, server, browser, rel, dark):
     if not (site / rel).is_file():
         pytest.fail(f"{rel} is not in the site")
-    page = _page(browser, server, PHONE, dark)
-    try:
+
+    def visit(page):
+        _set_up(page, server, PHONE, dark)
         _goto(page, server.base + rel, rel)
         problems = page.evaluate(OVERFLOW_JS)
         if rel in EXPLORERS:
@@ -164,8 +170,9 @@ def test_nothing_overflows_a_phone(site, server, browser, rel, dark):
             el.scroll_into_view_if_needed()
         name = rel.rsplit("/", 1)[-1].removesuffix(".html")
         _shot(page, site, f"{name}-390{'-dark' if dark else ''}.png")
-    finally:
-        page.close()
+        return problems
+
+    problems = on_fresh_page(browser, visit)
     assert not problems, f"{rel} at 390 px ({'dark' if dark else 'light'}): " + "; ".join(problems)
 
 

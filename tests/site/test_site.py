@@ -160,9 +160,16 @@ def _evaluate(page, script: str):
 
 
 def check_page(context, url: str, base: str) -> tuple[list[str], str]:
-    """Load ``url``; return (problems, page text). External requests are blocked and ignored."""
+    """Load ``url``; return (problems, page text). External requests are blocked and ignored.
+    A page whose renderer dies under it is visited again on a fresh page (conftest.on_fresh_page).
+    """
+    from conftest import on_fresh_page
+
+    return on_fresh_page(context, lambda page: _check_on(page, url, base))
+
+
+def _check_on(page, url: str, base: str) -> tuple[list[str], str]:
     problems: list[str] = []
-    page = context.new_page()
 
     def route(r):
         if r.request.url.startswith(base):
@@ -199,17 +206,14 @@ def check_page(context, url: str, base: str) -> tuple[list[str], str]:
         "response",
         lambda r: local(r.url) and r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"),
     )
-    try:
-        page.goto(url, wait_until="load", timeout=30_000)
-        for img in _evaluate(page, IMAGES_JS):
-            why = alt_problem(img["alt"], img["src"])
-            if why:
-                problems.append(f"image {img['src']}: {why}")
-            if local(img["url"]) and (not img["complete"] or img["w"] == 0):
-                problems.append(f"image {img['src']}: did not load (naturalWidth 0)")
-        text = _evaluate(page, "() => document.body ? document.body.textContent : ''")
-    finally:
-        page.close()
+    page.goto(url, wait_until="load", timeout=30_000)
+    for img in _evaluate(page, IMAGES_JS):
+        why = alt_problem(img["alt"], img["src"])
+        if why:
+            problems.append(f"image {img['src']}: {why}")
+        if local(img["url"]) and (not img["complete"] or img["w"] == 0):
+            problems.append(f"image {img['src']}: did not load (naturalWidth 0)")
+    text = _evaluate(page, "() => document.body ? document.body.textContent : ''")
     return problems, normalise(text)
 
 
