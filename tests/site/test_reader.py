@@ -307,27 +307,27 @@ SETTLED_JS = """async () => {
 
 def first_visit_bytes(browser, server, rel: str) -> tuple[int, int]:
     """(bytes, requests) of a first visit to ``rel``: cache off, everything the page loads."""
-    page = browser.new_page()
-    sizes: dict[str, int] = {}
-    page.route(
-        "**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort()
-    )
-    cdp = page.context.new_cdp_session(page)
-    cdp.send("Network.enable")
-    cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
-    cdp.on(
-        "Network.loadingFinished",
-        lambda e: sizes.__setitem__(e["requestId"], int(e["encodedDataLength"])),
-    )
-    try:
+
+    def visit(page):
+        sizes: dict[str, int] = {}
+        page.route(
+            "**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort()
+        )
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("Network.enable")
+        cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
+        cdp.on(
+            "Network.loadingFinished",
+            lambda e: sizes.__setitem__(e["requestId"], int(e["encodedDataLength"])),
+        )
         page.goto(server.base + rel, wait_until="networkidle", timeout=60_000)
         # what the page loads once it has drawn: MathJax's fonts come after its typesetting
         page.evaluate(SETTLED_JS)
         page.wait_for_load_state("networkidle", timeout=60_000)
         page.wait_for_timeout(500)
-    finally:
-        page.close()
-    return sum(sizes.values()), len(sizes)
+        return sum(sizes.values()), len(sizes)
+
+    return on_fresh_page(browser, visit)
 
 
 def test_first_visit_weight(site, server, browser):
