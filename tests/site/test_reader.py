@@ -413,3 +413,24 @@ def test_one_search_box(site, server, browser, width):
     finally:
         page.close()
     assert len(shown) == 1, f"{width} px: {len(shown)} search boxes or buttons: {shown}"
+
+
+# The top bar at desktop width: hidden, or showing something (not an empty band over the page).
+EMPTY_BAR_JS = """() => {
+  const bar = document.querySelector('.bd-header');
+  if (!bar || bar.getBoundingClientRect().height === 0) return null;
+  const shown = Array.from(bar.querySelectorAll('a, button, input, img, svg, i, span'))
+    .filter(e => { const r = e.getBoundingClientRect(); const s = getComputedStyle(e);
+                   return r.width > 0 && r.height > 0 && s.visibility !== 'hidden'; });
+  return shown.length ? null : Math.round(bar.getBoundingClientRect().height);
+}"""
+
+
+def test_no_empty_top_bar_on_desktop(site, server, browser):
+    def visit(page):
+        _set_up(page, server, {"width": 1280, "height": 900})
+        page.goto(server.base + "book/p08-card.html", wait_until="load")
+        return page.evaluate(EMPTY_BAR_JS)
+
+    empty = on_fresh_page(browser, visit)
+    assert empty is None, f"an empty top bar {empty} px high sits over every page"
