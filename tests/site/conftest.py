@@ -117,3 +117,40 @@ def browser():
         context.close()
         pw.stop()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def _renderer_died(exc: BaseException) -> bool:
+    """True for the errors Playwright raises when a page's renderer goes away under it (killed by
+    the kernel's out-of-memory killer, which picks Chromium's renderers first, or crashed): the
+    page, not the check, is gone."""
+    name = type(exc).__name__
+    text = str(exc)
+    return name == "TargetClosedError" or "Target crashed" in text or "Page crashed" in text
+
+
+def on_fresh_page(context, visit, attempts: int = 2):
+    """Run ``visit(page)`` on a new page and close it; if the page's renderer dies mid-visit
+    (TargetClosedError, "Target crashed"), run the whole visit again on a fresh page, once. A
+    check that fails is never retried: only a page that disappeared is. The second death raises,
+    saying so."""
+    for attempt in range(attempts):
+        page = context.new_page()
+        crashed: list[bool] = []
+        page.on("crash", lambda _p, seen=crashed: seen.append(True))
+        try:
+            return visit(page)
+        except Exception as exc:
+            if not _renderer_died(exc) or attempt == attempts - 1:
+                if _renderer_died(exc):
+                    raise RuntimeError(
+                        f"the page's renderer died {attempts} times"
+                        f"{' (crashed)' if crashed else ''}: {exc}"
+                    ) from exc
+                raise
+            print(f"renderer died ({'crash' if crashed else type(exc).__name__}); visiting again")
+        finally:
+            try:
+                page.close()
+            except Exception:  # already gone with its renderer
+                pass
+    raise AssertionError("unreachable")

@@ -160,9 +160,16 @@ def _evaluate(page, script: str):
 
 
 def check_page(context, url: str, base: str) -> tuple[list[str], str]:
-    """Load ``url``; return (problems, page text). External requests are blocked and ignored."""
+    """Load ``url``; return (problems, page text). External requests are blocked and ignored.
+    A page whose renderer dies under it is visited again on a fresh page (conftest.on_fresh_page).
+    """
+    from conftest import on_fresh_page
+
+    return on_fresh_page(context, lambda page: _check_on(page, url, base))
+
+
+def _check_on(page, url: str, base: str) -> tuple[list[str], str]:
     problems: list[str] = []
-    page = context.new_page()
 
     def route(r):
         if r.request.url.startswith(base):
@@ -199,17 +206,14 @@ def check_page(context, url: str, base: str) -> tuple[list[str], str]:
         "response",
         lambda r: local(r.url) and r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"),
     )
-    try:
-        page.goto(url, wait_until="load", timeout=30_000)
-        for img in _evaluate(page, IMAGES_JS):
-            why = alt_problem(img["alt"], img["src"])
-            if why:
-                problems.append(f"image {img['src']}: {why}")
-            if local(img["url"]) and (not img["complete"] or img["w"] == 0):
-                problems.append(f"image {img['src']}: did not load (naturalWidth 0)")
-        text = _evaluate(page, "() => document.body ? document.body.textContent : ''")
-    finally:
-        page.close()
+    page.goto(url, wait_until="load", timeout=30_000)
+    for img in _evaluate(page, IMAGES_JS):
+        why = alt_problem(img["alt"], img["src"])
+        if why:
+            problems.append(f"image {img['src']}: {why}")
+        if local(img["url"]) and (not img["complete"] or img["w"] == 0):
+            problems.append(f"image {img['src']}: did not load (naturalWidth 0)")
+    text = _evaluate(page, "() => document.body ? document.body.textContent : ''")
     return problems, normalise(text)
 
 
@@ -427,6 +431,8 @@ MATH_JS = r"""async () => {
                    .map(s => s.textContent.trim()).filter(t => /\\\(|\\\[|\$\$|\\[a-zA-Z]/.test(t));
   return {math_spans: spans.length,
           rendered: document.querySelectorAll('mjx-container').length,
+          errors: Array.from(document.querySelectorAll('mjx-merror'))
+                       .map(e => e.getAttribute('data-mjx-error') || e.textContent).slice(0, 5),
           raw: raw.slice(0, 5),
           scripts: Array.from(document.scripts).map(s => s.src).filter(Boolean)};
 }"""
@@ -441,6 +447,9 @@ def math_problems(info: dict, base: str) -> list[str]:
         problems.append("MathJax rendered nothing (no mjx-container)")
     if info["raw"]:
         problems.append(f"raw TeX visible: {info['raw']}")
+    if info.get("errors"):
+        # a macro that the TeX components the site loads do not define (_ext/kvlab_site.py)
+        problems.append(f"MathJax errors: {info['errors']}")
     mathjax = [s for s in info["scripts"] if "mathjax" in s.lower()]
     if not mathjax:
         problems.append("no MathJax script on the page")
@@ -608,6 +617,8 @@ def test_checker_math_problems():
     raw = dict(good, rendered=0, raw=["\\(S/16\\)"], scripts=[])
     text = " ".join(math_problems(raw, base))
     assert "rendered nothing" in text and "raw TeX" in text and "no MathJax" in text
+    undefined = dict(good, errors=["Undefined control sequence \\cancel"])
+    assert "MathJax errors" in " ".join(math_problems(undefined, base))
 
 
 def test_checker_math_on_a_page_without_mathjax(broken_site, broken_server, browser):
