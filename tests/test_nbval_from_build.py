@@ -104,6 +104,25 @@ def test_whitespace_of_merged_streams_passes(tree):
     assert failed == 0 and passed > 5, out
 
 
+def test_streams_merged_in_place_by_mystnb_pass(tree):
+    """myst-nb's stream merging (nb_merge_streams) writes the whole text into the first stream
+    output and leaves the later ones in the executed copy: not a difference, and not counted twice.
+    """
+    from myst_nb.core.utils import coalesce_streams
+
+    path = tree / "exec" / WORKED
+    nb = nbformat.read(path, as_version=4)
+    merged = 0
+    for cell in nb.cells:
+        if cell.cell_type == "code" and sum(o.output_type == "stream" for o in cell.outputs) > 1:
+            coalesce_streams(cell.outputs)  # mutates the first stream, keeps the list as it was
+            merged += 1
+    assert merged, "the worked answer has no cell printing in several chunks: pick another"
+    nbformat.write(nb, path)
+    failed, passed, out = _run(tree, tree / "exec", WORKED)
+    assert failed == 0 and passed > 5, out
+
+
 def test_cell_that_raised_in_the_build_fails(tree):
     path = tree / "exec" / WORKED
     nb = nbformat.read(path, as_version=4)

@@ -70,6 +70,26 @@ def _stream_words(outputs: list) -> list:
     return out
 
 
+def _merged_by_mystnb(outputs: list) -> list:
+    """The executed copy's outputs with each stream name's text in one output, as nbval expects.
+
+    myst-nb's ``coalesce_streams`` appends every later chunk to the first stream output of its
+    name *in place* and leaves the later outputs in the copy it writes, so the first one already
+    holds the whole text and nbval's own merging would count the later chunks twice. Where that
+    happened (the first output's text ends with all later ones), keep the first; elsewhere merge
+    as nbval does."""
+    by_name: dict[str, list] = {}
+    for o in outputs:
+        if o.get("output_type") == "stream":
+            by_name.setdefault(o.get("name", ""), []).append(o)
+    drop = set()
+    for streams in by_name.values():
+        rest = _WHITESPACE.sub("", "".join(o.get("text", "") for o in streams[1:]))
+        if rest and _WHITESPACE.sub("", streams[0].get("text", "")).endswith(rest):
+            drop.update(id(o) for o in streams[1:])
+    return nbval.coalesce_streams([o for o in outputs if id(o) not in drop])
+
+
 def _setup(self: nbval.IPyNbFile) -> None:
     root = Path(self.config.getoption(OPTION)).resolve()
     path = _executed_copy(self, root)
@@ -101,7 +121,7 @@ def _runtest(self: nbval.IPyNbCell) -> None:
             "The executed copy is stale", "its source differs from the committed cell's"
         )
     outs = _stream_words(
-        nbval.coalesce_streams([nbformat.from_dict(o) for o in _not_glue(fresh.get("outputs", []))])
+        _merged_by_mystnb([nbformat.from_dict(o) for o in _not_glue(fresh.get("outputs", []))])
     )
     errors = [o for o in outs if o.output_type == "error"]
     if errors and not self.options["check_exception"]:
