@@ -157,14 +157,43 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
+#: A kvlab module named by its dotted path inside a string (``python -m kvlab.measure.x``).
+_KVLAB_MODULE = re.compile(r"\bkvlab(?:\.\w+)*\.(\w+)")
+
+
+class _WhereFree(ast.NodeTransformer):
+    """Leaves out where kvlab's own code lives: imports from kvlab are dropped (they only wire
+    kvlab's names together; the code they bring in is fingerprinted where it is defined), and a
+    kvlab module named in a string keeps only its last part. Moving a module to another package,
+    or a function to another fingerprinted module, then changes nothing; what the code does is
+    still all there."""
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST | None:
+        if node.level or (node.module or "").split(".")[0] == "kvlab":
+            return None
+        return node
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, str):
+            return ast.Constant(value=_KVLAB_MODULE.sub(r"\1", node.value))
+        return node
+
+
 def code_fingerprint(lab: str, directory: Path | None = None) -> str:
     """A short hash of the code that measures ``lab``'s runs: the modules of
-    :data:`MEASURING_CODE` parsed, without comments, docstrings or formatting."""
+    :data:`MEASURING_CODE` parsed, without comments, docstrings or formatting, and without where
+    the code lives: the top-level statements of all the modules are hashed as one sorted list, so
+    moving a function from one of them to another, or a module to another package, leaves the
+    fingerprint as it was (see :class:`_WhereFree`)."""
     folder = directory or _MEASURE_DIR
-    h = hashlib.sha256()
+    parts: list[str] = []
     for name in MEASURING_CODE.get(lab, DEFAULT_MEASURING_CODE):
         tree = _strip_docstrings(ast.parse((folder / name).read_text()))
-        h.update(name.encode() + b"\0" + ast.dump(tree).encode() + b"\0")
+        tree = _WhereFree().visit(tree)
+        parts += [ast.dump(stmt) for stmt in tree.body]  # type: ignore[attr-defined]
+    h = hashlib.sha256()
+    for part in sorted(set(parts)):  # an import repeated in two modules counts once
+        h.update(part.encode() + b"\0")
     return h.hexdigest()[:16]
 
 
