@@ -62,9 +62,9 @@ $(ENGINE_STAMP): requirements-engine.txt
 	  cp requirements-engine.txt $(ENGINE_STAMP); \
 	fi
 
-$(TINY_MODEL): $(ENGINE_STAMP) lib/kvlab/measure/tinymodel.py
+$(TINY_MODEL): $(ENGINE_STAMP) lib/kvlab/measure/prefix/tinymodel.py
 	rm -rf build/tiny-llama
-	cd lib && ../$(ENGINE_BIN)/python -m kvlab.measure.tinymodel ../build/tiny-llama
+	cd lib && ../$(ENGINE_BIN)/python -m kvlab.measure.prefix.tinymodel ../build/tiny-llama
 
 ## Build the site into _build/html, executing every notebook (strict: warnings are errors).
 ## At its end, the build lists the lab pages that showed recorded engine runs instead of live ones.

@@ -43,8 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
 from kvlab import calc, models  # noqa: E402  (after the sys.path line above)
-from kvlab.measure import copies, discover, engine, results, transfer  # noqa: E402
-from kvlab.measure.engine_jobs import LAB1_FLEET, LAB1_REPLAY  # noqa: E402
+from kvlab.measure import discover  # noqa: E402
+from kvlab.measure.prefix.engine_jobs import LAB1_FLEET, LAB1_REPLAY  # noqa: E402
+from kvlab.measure.recording import results  # noqa: E402
+from kvlab.measure.serving import engine  # noqa: E402
+from kvlab.measure.transfer import copies  # noqa: E402
+from kvlab.measure.transfer import distributed as transfer  # noqa: E402
 
 #: PyPI's torch 2.13.0 (requirements-gpu.txt) is a CUDA 13 build: CUDA 13.x runs on drivers from
 #: 580 on (NVIDIA's CUDA minor-version compatibility table).
@@ -185,8 +189,12 @@ def prefill_sweep(model, tokens_list, repeats):
 def prefix_reuse(model, shape_name, repeats, system_tokens=2000):
     import torch
 
-    from kvlab.measure import prompts
-    from kvlab.measure.model import PrefixKVStore, PrefixReuseEngine, predicted_saving_s
+    from kvlab.measure.prefix import prompts
+    from kvlab.measure.prefix.pytorch_engine import (
+        PrefixKVStore,
+        PrefixReuseEngine,
+        predicted_saving_s,
+    )
 
     vocab = model.shape["vocab"]
     ps = prompts.build_lab1_token_prompts(
@@ -264,7 +272,7 @@ def plan(gpu: bool, quick: bool, dry_run: bool) -> dict:
                 warmup=4,
             ),
         }
-    from kvlab.measure import vllm_lab
+    from kvlab.measure.prefix import vllm_lab
 
     blocks = 160 * 32 // vllm_lab.GPU_BLOCK_SIZE  # the notebook's pool: 5,120 tokens of KV
     return {
@@ -303,7 +311,7 @@ def make_prefill_model(d, p: dict):
     dtype)``."""
     import torch
 
-    from kvlab.measure.model import make_model
+    from kvlab.measure.prefix.pytorch_engine import make_model
 
     if d.device != "cuda":
         shape = p["prefill_shape"]

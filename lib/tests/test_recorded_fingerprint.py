@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from kvlab.measure import recorded
+from kvlab.measure.recording import recorded
 
 SOURCE_A = '''"""Module a."""
 from . import b

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvlab.measure import engine
+from kvlab.measure.serving import engine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ def test_tiny_model_is_deterministic(tmp_path):
     """Building the model twice gives the same bytes (what `make engine` builds is reproducible)."""
     py = engine.engine_python()
     out = subprocess.run(
-        [str(py), "-m", "kvlab.measure.tinymodel", str(tmp_path / "m")],
+        [str(py), "-m", "kvlab.measure.prefix.tinymodel", str(tmp_path / "m")],
         capture_output=True,
         text=True,
         check=True,
@@ -77,7 +77,7 @@ def test_tiny_model_is_deterministic(tmp_path):
     import json
 
     digest = json.loads(out.stdout.strip().splitlines()[-1])["digest"]
-    from kvlab.measure.tinymodel import folder_digest
+    from kvlab.measure.prefix.tinymodel import folder_digest
 
     assert digest == folder_digest(engine.TINY_MODEL_DIR)
     assert sys.executable  # the book's Python drove it

@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from kvlab import hardware
-from kvlab.measure import copies, engine, engine_jobs, results, server, vllm_lab
+from kvlab.measure.prefix import engine_jobs, vllm_lab
+from kvlab.measure.recording import results
+from kvlab.measure.serving import engine, server
+from kvlab.measure.transfer import copies
 
 ROOT = Path(__file__).resolve().parents[2]
 HUB_MODEL = vllm_lab.DEFAULT_GPU_MODEL  # "Qwen/Qwen2.5-0.5B-Instruct"
@@ -511,7 +514,7 @@ def test_a_failed_job_shows_its_traceback_not_the_exit_noise(tmp_path):
     noise = "\n".join(f' - leaked function "f{i}"' for i in range(300))
     log.write_text(
         'starting\nTraceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
-        f"    main()\nkvlab.measure.engine.EngineError: port 8000 is busy\n{noise}\n"
+        f"    main()\nkvlab.measure.serving.engine.EngineError: port 8000 is busy\n{noise}\n"
     )
     tail = engine.log_tail(log)
     assert tail.endswith("EngineError: port 8000 is busy") and "leaked" not in tail

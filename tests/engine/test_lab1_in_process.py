@@ -9,7 +9,8 @@ import json
 import subprocess
 import textwrap
 
-from kvlab.measure import engine, prompts
+from kvlab.measure.prefix import prompts
+from kvlab.measure.serving import engine
 
 DRIVER = textwrap.dedent(
     """
@@ -17,7 +18,7 @@ DRIVER = textwrap.dedent(
 
     import psutil
 
-    from kvlab.measure import engine
+    from kvlab.measure.serving import engine
 
     if __name__ == "__main__":
         params = json.loads(sys.argv[1])

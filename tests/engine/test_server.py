@@ -13,8 +13,9 @@ import time
 import psutil
 import pytest
 
-from kvlab.measure import engine, vllm_lab
-from kvlab.measure.server import VllmServer, free_port, port_is_free
+from kvlab.measure.prefix import vllm_lab
+from kvlab.measure.serving import engine
+from kvlab.measure.serving.server import VllmServer, free_port, port_is_free
 
 
 def tiny_kwargs(**over):

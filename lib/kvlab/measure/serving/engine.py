@@ -3,7 +3,7 @@
 vLLM pins its own versions of transformers, numpy and friends, so on a CPU machine it lives in its
 own virtual environment, ``.venv-engine`` (``make engine``), beside the book's ``.venv``. A
 notebook running in the book's environment calls :func:`run_job`, which starts
-``.venv-engine/bin/python -m kvlab.measure.engine_jobs JOB`` as a subprocess; the job runs the
+``.venv-engine/bin/python -m kvlab.measure.prefix.engine_jobs JOB`` as a subprocess; the job runs the
 engine experiments with *this same kvlab code* and hands back a JSON-ready dict. Where ``vllm``
 imports in the notebook's own Python (Colab, a GPU machine with ``requirements-gpu.txt``), the job
 runs in-process instead: the same functions, no subprocess.
@@ -29,11 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-#: The repository root (this file is lib/kvlab/measure/engine.py).
-ROOT = Path(__file__).resolve().parents[3]
+#: The repository root (this file is lib/kvlab/measure/serving/engine.py).
+ROOT = Path(__file__).resolve().parents[4]
 #: The engine environment ``make engine`` creates.
 ENGINE_VENV = ROOT / ".venv-engine"
-#: The tiny model ``make engine`` builds (see :mod:`kvlab.measure.tinymodel`).
+#: The tiny model ``make engine`` builds (see :mod:`kvlab.measure.prefix.tinymodel`).
 TINY_MODEL_DIR = ROOT / "build" / "tiny-llama"
 #: Environment for every engine process: a 1 GiB CPU KV cache unless set, no usage reports.
 ENGINE_ENV_DEFAULTS = {
@@ -233,14 +233,14 @@ def run_job(
     in_process: bool | None = None,
     venv: str | Path = ENGINE_VENV,
 ) -> dict:
-    """Run engine job ``job`` (a name in :data:`kvlab.measure.engine_jobs.JOBS`) with ``params``
+    """Run engine job ``job`` (a name in :data:`kvlab.measure.prefix.engine_jobs.JOBS`) with ``params``
     and return its JSON-ready result.
 
     ``in_process=None`` picks: in this Python when ``vllm`` imports here, else in the engine
     environment through a subprocess (its log goes to a temporary file whose tail is shown on
     failure). The result gains ``"where"``: "in-process" or the engine Python's path.
     """
-    from . import engine_jobs
+    from ..prefix import engine_jobs
 
     if job not in engine_jobs.JOBS:
         raise ValueError(f"job must be one of {sorted(engine_jobs.JOBS)}, got {job!r}")
@@ -257,7 +257,7 @@ def run_job(
     with tempfile.TemporaryDirectory(prefix="kvlab-engine-") as tmp:
         pfile, ofile, log = Path(tmp, "params.json"), Path(tmp, "out.json"), Path(tmp, "job.log")
         pfile.write_text(json.dumps(params))
-        cmd = [str(py), "-m", "kvlab.measure.engine_jobs", job, str(pfile), str(ofile)]
+        cmd = [str(py), "-m", "kvlab.measure.prefix.engine_jobs", job, str(pfile), str(ofile)]
         with engine_lock(), open(log, "w") as logf:
             proc = subprocess.Popen(
                 cmd,
@@ -295,7 +295,7 @@ def run_job(
 
 @dataclasses.dataclass
 class JobResult:
-    """An engine job's JSON result, in the form :mod:`kvlab.measure.recorded` stores and reloads."""
+    """An engine job's JSON result, in the form :mod:`kvlab.measure.recording.recorded` stores and reloads."""
 
     result: dict
 
@@ -307,9 +307,9 @@ def run_or_recorded(lab: str, name: str, job: str, params: dict, reason: str | N
     """Lab 1's engine runs, strict where the engine exists: with ``reason`` None, run ``job`` here
     (an engine failure raises and fails the page; ``KVLAB_RECORD_LABS=1`` also records the run);
     otherwise (``reason``: why the engines cannot run here, from
-    :func:`kvlab.measure.recorded.why_not_here`) the same run's CPU recording. Returns a
-    :class:`kvlab.measure.recorded.Measured` of a :class:`JobResult`."""
-    from . import recorded
+    :func:`kvlab.measure.recording.recorded.why_not_here`) the same run's CPU recording. Returns a
+    :class:`kvlab.measure.recording.recorded.Measured` of a :class:`JobResult`."""
+    from ..recording import recorded
 
     if reason is None:
         value = JobResult(run_job(job, params))

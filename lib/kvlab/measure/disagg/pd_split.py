@@ -1,7 +1,7 @@
 """Disaggregated prefill on a real vLLM engine (the CPU build), measured. The parent side.
 
-Each engine runs in its own process (:mod:`kvlab.measure.pd_worker`, the engine environment's
-Python), one core each, started and always stopped by :class:`kvlab.measure.pd_procs.Children`
+Each engine runs in its own process (:mod:`kvlab.measure.disagg.pd_worker`, the engine environment's
+Python), one core each, started and always stopped by :class:`kvlab.measure.serving.procs.Children`
 under the machine-wide engine lock.
 
 Two splits:
@@ -34,8 +34,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .._validate import check_int
-from . import engine, pd_procs
+from ..._validate import check_int
+from ..serving import engine
+from ..serving import procs as pd_procs
 from .nixl_sweep import UCX_ENV
 
 WORKER = Path(__file__).with_name("pd_worker.py")
@@ -100,7 +101,7 @@ def shape_from_config(model_dir: str | os.PathLike):
 
 def shape_from_dict(cfg: dict, name: str):
     """:func:`shape_from_config` from the parsed ``config.json`` (as a recording keeps it)."""
-    from .. import models
+    from ... import models
 
     heads = int(cfg["num_attention_heads"])
     head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)

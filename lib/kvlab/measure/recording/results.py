@@ -10,7 +10,7 @@ A dry run (``tools/record_gpu.py --dry-run``) runs the same code on the CPU to c
 carry ``"dry_run": true`` in their machine block and ``dry-run`` in their name, and
 :func:`find_results` never returns them unless asked to, so a dry run is never shown as a GPU
 measurement. The CPU recordings of the engine labs (``<lab>-cpu-recorded.json``,
-:mod:`kvlab.measure.recorded`) are not GPU results either and are never returned here.
+:mod:`kvlab.measure.recording.recorded`) are not GPU results either and are never returned here.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import statistics
 import textwrap
 from pathlib import Path
 
-from .. import units
-from .._validate import check_choice
+from ... import units
+from ..._validate import check_choice
 
 LABS = ("lab1", "lab2")
-RESULTS_DIR = Path(__file__).resolve().parents[3] / "results"
+RESULTS_DIR = Path(__file__).resolve().parents[4] / "results"
 #: Environment variable naming another folder of GPU recordings for the lab pages (a test points
 #: it at a dry run's output).
 RESULTS_ENV = "KVLAB_GPU_RESULTS"

@@ -2,7 +2,7 @@
 on a GPU (a real small instruct model).
 
 Everything here runs next to the engine (in-process, or inside the engine environment through
-:mod:`kvlab.measure.engine_jobs`) and returns plain numbers and token ids, so the notebook can
+:mod:`kvlab.measure.prefix.engine_jobs`) and returns plain numbers and token ids, so the notebook can
 check the engine against kvlab's prediction in the book's own environment.
 
 - :func:`engine_kwargs`: how the lab configures ``vllm.LLM`` (prefix caching on, statistics on
@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from . import prom, prompts
+from ..serving import prom
+from . import prompts
 
 #: The GPU path's model (downloaded from the hub on a GPU machine; never in CI).
 DEFAULT_GPU_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
