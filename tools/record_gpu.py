@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT / "lib"))
 
 from kvlab import calc, models  # noqa: E402  (after the sys.path line above)
 from kvlab.measure import discover  # noqa: E402
+from kvlab.measure.prefix import runs  # noqa: E402
 from kvlab.measure.prefix.engine_jobs import LAB1_FLEET, LAB1_REPLAY  # noqa: E402
 from kvlab.measure.recording import results  # noqa: E402
 from kvlab.measure.serving import engine  # noqa: E402
@@ -371,7 +372,7 @@ def record_lab1(
     machine: dict,
     p: dict,
     in_process: bool,
-    run_job: Callable[..., dict] = engine.run_job,
+    run_job: Callable[..., dict] = runs.run_job,
     torch_part: Callable[[], dict] | None = None,
     skip_vllm: str | None = None,
     on_part: Callable[[dict], object] | None = None,

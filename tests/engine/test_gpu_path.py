@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvlab import hardware
-from kvlab.measure.prefix import engine_jobs, vllm_lab
+from kvlab.measure.prefix import engine_jobs, runs, vllm_lab
 from kvlab.measure.recording import results
 from kvlab.measure.serving import engine, server
 from kvlab.measure.transfer import copies
@@ -84,7 +84,7 @@ def test_in_process_lab1_with_a_hub_model_is_not_offline(clean_env):
     seen: dict = {}
     clean_env.setitem(sys.modules, "vllm", _fake_vllm(seen))
     with pytest.raises(_Stop):
-        engine.run_job("lab1", {"model": HUB_MODEL, "block_size": 16}, in_process=True)
+        runs.run_job("lab1", {"model": HUB_MODEL, "block_size": 16}, in_process=True)
     assert seen["kwargs"]["model"] == HUB_MODEL
     assert seen["env"] == {k: None for k in OFFLINE}
 
@@ -93,12 +93,12 @@ def test_in_process_tiny_model_is_offline(clean_env):
     seen: dict = {}
     clean_env.setitem(sys.modules, "vllm", _fake_vllm(seen))
     with pytest.raises(_Stop):
-        engine.run_job("lab1", {"model": None, "block_size": 32}, in_process=True)
+        runs.run_job("lab1", {"model": None, "block_size": 32}, in_process=True)
     assert seen["env"] == {k: "1" for k in OFFLINE}
     # a hub model after it in the same Python: the variables set for the tiny model go again
     seen.clear()
     with pytest.raises(_Stop):
-        engine.run_job("lab1", {"model": HUB_MODEL, "block_size": 16}, in_process=True)
+        runs.run_job("lab1", {"model": HUB_MODEL, "block_size": 16}, in_process=True)
     assert seen["env"] == {k: None for k in OFFLINE}
 
 

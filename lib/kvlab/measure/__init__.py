@@ -13,9 +13,9 @@
 - :mod:`.recording`: results recorded on other machines: GPU results (``results/*.json``) and
   the CPU recordings of the engine labs, used where the engines cannot run.
 
-Rules: ``serving`` imports no other package of ``measure``; ``prefix``, ``disagg`` and ``transfer``
-import ``serving`` only, never each other; ``recording`` may import all of them. The simulators
-never import ``measure`` (``lib/pyproject.toml``'s import contracts, ``make lint``).
+Rules (``lib/pyproject.toml``'s import contracts, checked by ``make lint``): ``serving`` imports no
+other package of ``measure``; ``recording`` imports ``serving`` only; ``prefix``, ``disagg`` and
+``transfer`` import those two, never each other. Nothing in the simulators imports ``measure``.
 
 Optional dependencies (torch, vllm, prometheus_client) are imported only when a function needs
 them; their absence is reported (``discover()``, ``torch_or_none()``), never a crash on import.

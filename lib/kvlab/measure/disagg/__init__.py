@@ -7,5 +7,6 @@
 
 Rules: the workers are run by file path with the engine environment's Python and import nothing
 from kvlab; the parents start them through :mod:`kvlab.measure.serving.procs` (own session,
-loopback only, stopped by pid). Imports ``serving`` and the library below the simulators only.
+loopback only, stopped by pid). Imports ``serving``, ``recording`` and the library below the
+simulators only.
 """

@@ -1,7 +1,7 @@
 """The engine jobs: what runs next to a real vLLM engine and comes back as JSON.
 
 Each job is a function of plain keyword arguments returning a JSON-ready dict. The notebook calls
-them through :func:`kvlab.measure.serving.engine.run_job`, in-process where ``vllm`` imports, else in the
+them through :func:`kvlab.measure.prefix.runs.run_job`, in-process where ``vllm`` imports, else in the
 engine environment as ``python -m kvlab.measure.prefix.engine_jobs JOB PARAMS.json OUT.json`` (vLLM starts
 its engine in spawned processes, so this module's ``__main__`` guard matters).
 """

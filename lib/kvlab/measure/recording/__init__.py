@@ -5,5 +5,5 @@
   (``results/<lab>-cpu-recorded.json``), used only with the same parameters, versions and
   measuring code (a fingerprint that ignores where the code lives).
 
-Rules: may import every other ``kvlab.measure`` package; none of them imports this one.
+Rules: imports :mod:`kvlab.measure.serving` only; the labs' packages build on it.
 """

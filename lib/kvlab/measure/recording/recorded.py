@@ -82,6 +82,7 @@ MEASURING_CODE: dict[str, tuple[str, ...]] = {
         "prefix/prompts.py",
         "serving/prom.py",
         "prefix/engine_cache.py",
+        "prefix/runs.py",
     ),
     "lab3": (
         "disagg/pd_split.py",
@@ -92,7 +93,12 @@ MEASURING_CODE: dict[str, tuple[str, ...]] = {
     ),
 }
 #: Modules fingerprinted for a lab not listed in :data:`MEASURING_CODE`.
-DEFAULT_MEASURING_CODE = ("serving/engine.py", "prefix/engine_jobs.py", "serving/procs.py")
+DEFAULT_MEASURING_CODE = (
+    "serving/engine.py",
+    "prefix/engine_jobs.py",
+    "prefix/runs.py",
+    "serving/procs.py",
+)
 _MEASURE_DIR = Path(__file__).resolve().parent.parent
 
 

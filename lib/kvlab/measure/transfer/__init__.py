@@ -5,6 +5,6 @@
 - :mod:`.distributed`: ``torch.distributed`` send/recv between two processes (NCCL or gloo);
   ``torchrun --nproc-per-node 2 -m kvlab.measure.transfer.distributed`` runs it by hand.
 
-Rules: nothing here imports torch at module load; imports ``serving`` and the library below the
-simulators only.
+Rules: nothing here imports torch at module load; imports ``serving``, ``recording`` and the
+library below the simulators only.
 """
