@@ -136,11 +136,13 @@ colab-check:
 colab-check-fast:
 	$(PYTHON) tools/colab_check.py --fast
 
-## ruff (lint rules and formatting) and mypy (kvlab's type hints; settings in lib/pyproject.toml).
+## ruff (lint rules and formatting), mypy (kvlab's type hints) and import-linter (kvlab's layers); settings
+## in lib/pyproject.toml.
 lint: $(STAMP)
 	$(BIN)/ruff check lib tools tests notebooks solutions
 	$(BIN)/ruff format --check lib tools tests
 	$(BIN)/mypy --config-file lib/pyproject.toml lib/kvlab
+	$(BIN)/lint-imports --config lib/pyproject.toml --no-cache
 
 clean:
 	rm -rf _build build
