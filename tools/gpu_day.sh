@@ -71,7 +71,7 @@ if [ -f tools/record_lab3_gpu.py ]; then
     status=1
   }
 else
-  echo "Lab 3's GPU path is pending: no GPU function exists yet (kvlab.measure.pd_split runs"
+  echo "Lab 3's GPU path is pending: no GPU function exists yet (kvlab.measure.disagg.pd_split runs"
   echo "vLLM's CPU build only; tools/record_lab3_gpu.py is where it will go). Labs 1-2 recorded."
 fi
 
