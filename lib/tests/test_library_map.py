@@ -102,7 +102,7 @@ def layer_rules() -> str:
     config = tomllib.loads((LIB / "pyproject.toml").read_text())["tool"]["importlinter"]
     out = []
     for c in config["contracts"]:
-        out.append(f"**{c['name']}** (`{c['id']}`, {c['type']}):")
+        out.append(f"**{c['name']}** (contract `{c['id']}`):")
         out.append("")
         if c["type"] == "layers":
             container = c["containers"][0]
