@@ -20,7 +20,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..recording import recorded
 from ..serving.engine import (
     ENGINE_VENV,
     ROOT,
@@ -119,6 +118,8 @@ def run_or_recorded(lab: str, name: str, job: str, params: dict, reason: str | N
     otherwise (``reason``: why the engines cannot run here, from
     :func:`kvlab.measure.recording.recorded.why_not_here`) the same run's CPU recording. Returns a
     :class:`kvlab.measure.recording.recorded.Measured` of a :class:`JobResult`."""
+    from ..recording import recorded  # not at the top: the engine environment has no dacite
+
     if reason is None:
         value = JobResult(run_job(job, params))
         if os.environ.get(recorded.RECORD_ENV) == "1":  # without this machine's folders
