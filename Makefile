@@ -62,9 +62,9 @@ $(ENGINE_STAMP): requirements-engine.txt
 	  cp requirements-engine.txt $(ENGINE_STAMP); \
 	fi
 
-$(TINY_MODEL): $(ENGINE_STAMP) lib/kvlab/measure/tinymodel.py
+$(TINY_MODEL): $(ENGINE_STAMP) lib/kvlab/measure/prefix/tinymodel.py
 	rm -rf build/tiny-llama
-	cd lib && ../$(ENGINE_BIN)/python -m kvlab.measure.tinymodel ../build/tiny-llama
+	cd lib && ../$(ENGINE_BIN)/python -m kvlab.measure.prefix.tinymodel ../build/tiny-llama
 
 ## Build the site into _build/html, executing every notebook (strict: warnings are errors).
 ## At its end, the build lists the lab pages that showed recorded engine runs instead of live ones.
@@ -135,11 +135,13 @@ colab-check:
 colab-check-fast:
 	$(PYTHON) tools/colab_check.py --fast
 
-## ruff (lint rules and formatting) and mypy (kvlab's type hints; settings in lib/pyproject.toml).
+## ruff (lint rules and formatting), mypy (kvlab's type hints) and import-linter (kvlab's layers); settings
+## in lib/pyproject.toml.
 lint: $(STAMP)
 	$(BIN)/ruff check lib tools tests notebooks solutions
 	$(BIN)/ruff format --check lib tools tests
 	$(BIN)/mypy --config-file lib/pyproject.toml lib/kvlab
+	$(BIN)/lint-imports --config lib/pyproject.toml --no-cache
 
 clean:
 	rm -rf _build build

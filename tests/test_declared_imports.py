@@ -133,7 +133,7 @@ def is_third_party(module: str) -> bool:
 
 
 def kvlab_file(module: str, lib: Path = ROOT / "lib") -> Path | None:
-    """The source file of kvlab module ``module`` (``kvlab.measure.engine``), None if not one."""
+    """The source file of kvlab module ``module`` (``kvlab.measure.serving.engine``), None if not one."""
     base = lib.joinpath(*module.split("."))
     for cand in (base / "__init__.py", base.with_suffix(".py")):
         if cand.is_file():

@@ -1,6 +1,6 @@
 """Committed notebook outputs carry no machine paths: a path such as /work/<tree>/.venv-engine or
 /tmp/kvlab-pd-123/ says where one machine ran the notebook, means nothing to a reader, and leaks
-a working tree's name (kvlab.measure.recorded.scrub removes them from the labs' notes)."""
+a working tree's name (kvlab.measure.recording.recorded.scrub removes them from the labs' notes)."""
 
 from __future__ import annotations
 

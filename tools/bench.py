@@ -179,11 +179,12 @@ def bench_engine() -> None:
     """The real engine (one start): start-up, TTFT cold and with a hit, replay throughput."""
     import statistics
 
-    from kvlab.measure import engine
-    from kvlab.measure.engine_jobs import LAB1_REPLAY
+    from kvlab.measure.prefix import runs
+    from kvlab.measure.prefix.engine_jobs import LAB1_REPLAY
+    from kvlab.measure.serving import engine
 
     try:
-        out = engine.run_job("lab1", {"requests": 10, "fit_repeats": 2, "replay": LAB1_REPLAY})
+        out = runs.run_job("lab1", {"requests": 10, "fit_repeats": 2, "replay": LAB1_REPLAY})
     except engine.EngineError as exc:
         print(f"engine figures skipped: {exc}".splitlines()[0])
         return

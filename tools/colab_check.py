@@ -117,7 +117,7 @@ PINS = {
     "python-dateutil": "2.9.0.post0",
     "pytz": "2025.2",
     "tzdata": "2025.3",
-    "prometheus_client": "0.24.1",  # kvlab.measure.prom uses its parser when present
+    "prometheus_client": "0.24.1",  # kvlab.measure.serving.prom uses its parser when present
     # kvlab.explorer and kvlab.explorer_p22 build the explorers' Vega-Lite specs with Altair
     "altair": "5.5.0",
     "narwhals": "2.17.0",
@@ -154,7 +154,7 @@ FAST = {
 }
 # The variables a lab's set-up cell defines that say which path it chose (see judge_setup).
 SETUP_VARS = ("ENGINE_HERE", "ENGINE_OK", "NO_ENGINE", "HAS_GPU")
-ENGINE_VENV = ROOT / ".venv-engine"  # as kvlab.measure.engine.ENGINE_VENV
+ENGINE_VENV = ROOT / ".venv-engine"  # as kvlab.measure.serving.engine.ENGINE_VENV
 FORCE_NO_ENGINE = "KVLAB_FORCE_NO_ENGINE"  # set (not 0): no engine even where .venv-engine exists
 
 

@@ -7,7 +7,7 @@
 x86-64 with CPython 3.11. Elsewhere (macOS, ARM, another Python) ``make book`` still builds the
 whole site, with the engine labs showing their committed recordings, and ``make test`` stops with
 a clear message. ``KVLAB_FORCE_NO_ENGINE=1`` makes this machine behave like such a platform (it is
-also read by ``kvlab.measure.recorded``, which then takes every engine run from its recording).
+also read by ``kvlab.measure.recording.recorded``, which then takes every engine run from its recording).
 
 ``torch-args``: torch's CPU build (``torch==2.13.0+cpu``) is not on PyPI, and a plain
 ``torch==2.13.0`` from PyPI is the multi-gigabyte CUDA build. If pip finds the pinned file without

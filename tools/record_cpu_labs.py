@@ -5,7 +5,7 @@ Usage (after `make venv engine`): .venv/bin/python tools/record_cpu_labs.py
 Executes notebooks/labs/lab3-disaggregated-prefill.ipynb in a fresh kernel with
 KVLAB_RECORD_LABS=1, so every engine run that succeeds (the NIXL sweep, the file-connector split,
 the NIXL split) is written with this machine's description to results/lab3-cpu-recorded.json
-(see kvlab.measure.recorded), with the pinned versions and the measuring code's fingerprint. The
+(see kvlab.measure.recording.recorded), with the pinned versions and the measuring code's fingerprint. The
 notebook's own checks run as well: a run they reject is not worth keeping, and the command fails.
 The notebook file itself is left unchanged, unless `--write` is given: then the executed notebook
 (every run measured here) is written back, so one engine session both records and refreshes it.

@@ -15,7 +15,7 @@ shape with random weights, 1K to 32K tokens. Lab 1: the same model with real pre
 2,000-token shared prompt); vLLM's offline engine (the notebook's ``lab1`` job: the engine is shut
 down and its GPU memory seen back before anything else starts); then vLLM's servers (the
 ``serving`` job, started one after the other). Lab 3: the live prefill/decode split with vLLM's
-``NixlConnector`` (:func:`kvlab.measure.pd_split.run_nixl_split` with ``device="cuda"``): two
+``NixlConnector`` (:func:`kvlab.measure.disagg.pd_split.run_nixl_split` with ``device="cuda"``): two
 engines on the one GPU, each with its share of GPU memory, the decode engine pulling each request's
 KV from the prefill engine's GPU memory; the bytes against the formula, the output against the
 colocated run, the control (prompt i decoded with prompt i+1's KV). Each part is tried on its own:
@@ -49,8 +49,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
 from kvlab import calc, models  # noqa: E402  (after the sys.path line above)
-from kvlab.measure import copies, discover, engine, pd_split, results, transfer  # noqa: E402
-from kvlab.measure.engine_jobs import LAB1_FLEET, LAB1_REPLAY  # noqa: E402
+from kvlab.measure import discover  # noqa: E402
+from kvlab.measure.disagg import pd_split  # noqa: E402
+from kvlab.measure.prefix import runs  # noqa: E402
+from kvlab.measure.prefix.engine_jobs import LAB1_FLEET, LAB1_REPLAY  # noqa: E402
+from kvlab.measure.recording import results  # noqa: E402
+from kvlab.measure.serving import engine  # noqa: E402
+from kvlab.measure.transfer import copies  # noqa: E402
+from kvlab.measure.transfer import distributed as transfer  # noqa: E402
 
 #: PyPI's torch 2.13.0 (requirements-gpu.txt) is a CUDA 13 build: CUDA 13.x runs on drivers from
 #: 580 on (NVIDIA's CUDA minor-version compatibility table).
@@ -191,8 +197,12 @@ def prefill_sweep(model, tokens_list, repeats):
 def prefix_reuse(model, shape_name, repeats, system_tokens=2000):
     import torch
 
-    from kvlab.measure import prompts
-    from kvlab.measure.model import PrefixKVStore, PrefixReuseEngine, predicted_saving_s
+    from kvlab.measure.prefix import prompts
+    from kvlab.measure.prefix.pytorch_engine import (
+        PrefixKVStore,
+        PrefixReuseEngine,
+        predicted_saving_s,
+    )
 
     vocab = model.shape["vocab"]
     ps = prompts.build_lab1_token_prompts(
@@ -271,7 +281,7 @@ def plan(gpu: bool, quick: bool, dry_run: bool) -> dict:
             ),
             "lab3": dict(model=None, device="cpu", prompts=2, prompt_tokens=512, max_tokens=8),
         }
-    from kvlab.measure import vllm_lab
+    from kvlab.measure.prefix import vllm_lab
 
     blocks = 160 * 32 // vllm_lab.GPU_BLOCK_SIZE  # the notebook's pool: 5,120 tokens of KV
     return {
@@ -314,7 +324,7 @@ def make_prefill_model(d, p: dict):
     dtype)``."""
     import torch
 
-    from kvlab.measure.model import make_model
+    from kvlab.measure.prefix.pytorch_engine import make_model
 
     if d.device != "cuda":
         shape = p["prefill_shape"]
@@ -374,7 +384,7 @@ def record_lab1(
     machine: dict,
     p: dict,
     in_process: bool,
-    run_job: Callable[..., dict] = engine.run_job,
+    run_job: Callable[..., dict] = runs.run_job,
     torch_part: Callable[[], dict] | None = None,
     skip_vllm: str | None = None,
     on_part: Callable[[dict], object] | None = None,
@@ -432,9 +442,9 @@ def record_lab3(
     skip: str | None = None,
 ) -> dict:
     """Lab 3's live split (``p["lab3"]``), recorded with the fields the lab page reads
-    (:func:`kvlab.measure.pd_split.split_summary` plus the configuration: device, dtype, memory
+    (:func:`kvlab.measure.disagg.pd_split.split_summary` plus the configuration: device, dtype, memory
     shares, ``kv_transfer_config``); a failure is recorded with its reason."""
-    from kvlab.measure.engine_jobs import model_revision
+    from kvlab.measure.prefix.engine_jobs import model_revision
 
     q = p["lab3"]
     model = str(q["model"] or engine.TINY_MODEL_DIR)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ._validate import check_int
-from .cache import _as_tokens
+from .cache.common import _as_tokens
 
 __all__ = ["TinyDecoder"]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -221,19 +222,22 @@ FIXED = [
 
 
 def _cache_copy(tmp_path: Path, name: str, old: str | None = None, new: str | None = None):
-    """kvlab.cache (and the one module it imports) as a fresh package, optionally changed."""
+    """kvlab.cache (the package, and the one module it imports) as a fresh package, optionally
+    with one line of one of its modules changed."""
     import importlib.util
 
     pkg = tmp_path / name
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     src = Path(kvlab.cache.__file__).parent
-    (pkg / "_validate.py").write_text((src / "_validate.py").read_text())
-    text = (src / "cache.py").read_text()
+    (pkg / "_validate.py").write_text((src.parent / "_validate.py").read_text())
+    shutil.copytree(src, pkg / "cache", ignore=shutil.ignore_patterns("__pycache__"))
     if old is not None:
-        assert text.count(old) == 1, f"the mutated line moved in kvlab/cache.py: {old!r}"
-        text = text.replace(old, new)
-    (pkg / "cache.py").write_text(text)
+        hits = [f for f in sorted((pkg / "cache").glob("*.py")) if old in f.read_text()]
+        assert len(hits) == 1 and hits[0].read_text().count(old) == 1, (
+            f"the mutated line moved in kvlab/cache/: {old!r}"
+        )
+        hits[0].write_text(hits[0].read_text().replace(old, new))
     spec = importlib.util.spec_from_file_location(
         name, pkg / "__init__.py", submodule_search_locations=[str(pkg)]
     )

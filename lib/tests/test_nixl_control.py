@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from kvlab.measure import pd_split
+from kvlab.measure.disagg import pd_split
 
 
 def _run(label: str, tokens: list[list[int]]) -> pd_split.Run:

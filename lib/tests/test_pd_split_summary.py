@@ -8,7 +8,8 @@ import copy
 
 import pytest
 
-from kvlab.measure import pd_split, results
+from kvlab.measure.disagg import pd_split
+from kvlab.measure.recording import results
 
 BETA = 24 * 2 * 64 * 2 * 4  # Qwen2.5-0.5B in fp32: 24,576 B per token
 

@@ -1,4 +1,4 @@
-"""kvlab.measure.recorded: a run measured here, retried when it failed fast, or replaced by its
+"""kvlab.measure.recording.recorded: a run measured here, retried when it failed fast, or replaced by its
 recording (never one made with other parameters), and the clean-up check on either."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from kvlab.measure import nixl_sweep, pd_split, recorded
+from kvlab.measure.disagg import nixl_sweep, pd_split
+from kvlab.measure.recording import recorded
 
 
 def _run(label: str) -> pd_split.Run:

@@ -1,4 +1,4 @@
-"""kvlab.measure.recorded's provenance: KVLAB_FORCE_NO_ENGINE sends every run to its recording,
+"""kvlab.measure.recording.recorded's provenance: KVLAB_FORCE_NO_ENGINE sends every run to its recording,
 a missing engine or model does too (and the set-up still works), a recording is used only for the
 same parameters, engine versions and measuring code, and the page's banner and reused figures say
 where the figures come from."""
@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kvlab.measure import engine, nixl_sweep, recorded
+from kvlab.measure.disagg import nixl_sweep
+from kvlab.measure.recording import recorded
+from kvlab.measure.serving import engine
 
 PARAMS = {"model": {"vocab_size": 2048, "num_hidden_layers": 2}, "max_tokens": 16}
 
@@ -128,8 +130,9 @@ def test_a_recording_of_another_run_fails_the_build(lab, change, expect):
 
 def test_the_fingerprint_follows_code_not_comments(tmp_path, monkeypatch):
     files = recorded.MEASURING_CODE["lab3"]
-    src = Path(recorded.__file__).parent
+    src = Path(recorded.__file__).parents[1]
     for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text((src / name).read_text())
     base = recorded.code_fingerprint("lab3", tmp_path)
     assert base == recorded.code_fingerprint("lab3")  # same code, same fingerprint

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from kvlab.measure import engine
+from kvlab.measure.prefix import runs
+from kvlab.measure.serving import engine
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_probe_runs_in_the_engine_environment():
-    out = engine.run_job("probe", in_process=False, timeout_s=300)
+    out = runs.run_job("probe", in_process=False, timeout_s=300)
     assert out["vllm"] == "0.32.0"
     assert out["torch"].startswith("2.13.0")
     assert out["where"].endswith(".venv-engine/bin/python")
@@ -43,7 +44,7 @@ def test_requirements_pin_everything():
 
 def test_missing_engine_names_the_fix(tmp_path):
     with pytest.raises(engine.EngineError, match="make engine"):
-        engine.run_job("probe", in_process=False, venv=tmp_path / "nowhere")
+        runs.run_job("probe", in_process=False, venv=tmp_path / "nowhere")
 
 
 def test_missing_model_folder_names_the_folder(tmp_path):
@@ -53,21 +54,21 @@ def test_missing_model_folder_names_the_folder(tmp_path):
 
 def test_a_failing_job_shows_its_log(tmp_path):
     with pytest.raises(engine.EngineError, match="(?s)exit code 1.*nothing-here"):
-        engine.run_job(
+        runs.run_job(
             "probe", {"model": str(tmp_path / "nothing-here")}, in_process=False, timeout_s=300
         )
 
 
 def test_unknown_job_is_a_value_error():
     with pytest.raises(ValueError, match="job must be one of"):
-        engine.run_job("nope")
+        runs.run_job("nope")
 
 
 def test_tiny_model_is_deterministic(tmp_path):
     """Building the model twice gives the same bytes (what `make engine` builds is reproducible)."""
     py = engine.engine_python()
     out = subprocess.run(
-        [str(py), "-m", "kvlab.measure.tinymodel", str(tmp_path / "m")],
+        [str(py), "-m", "kvlab.measure.prefix.tinymodel", str(tmp_path / "m")],
         capture_output=True,
         text=True,
         check=True,
@@ -77,7 +78,7 @@ def test_tiny_model_is_deterministic(tmp_path):
     import json
 
     digest = json.loads(out.stdout.strip().splitlines()[-1])["digest"]
-    from kvlab.measure.tinymodel import folder_digest
+    from kvlab.measure.prefix.tinymodel import folder_digest
 
     assert digest == folder_digest(engine.TINY_MODEL_DIR)
     assert sys.executable  # the book's Python drove it

@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from kvlab import hardware
-from kvlab.measure import copies, engine, engine_jobs, results, server, vllm_lab
+from kvlab.measure.prefix import engine_jobs, runs, vllm_lab
+from kvlab.measure.recording import results
+from kvlab.measure.serving import engine, server
+from kvlab.measure.transfer import copies
 
 ROOT = Path(__file__).resolve().parents[2]
 HUB_MODEL = vllm_lab.DEFAULT_GPU_MODEL  # "Qwen/Qwen2.5-0.5B-Instruct"
@@ -81,7 +84,7 @@ def test_in_process_lab1_with_a_hub_model_is_not_offline(clean_env):
     seen: dict = {}
     clean_env.setitem(sys.modules, "vllm", _fake_vllm(seen))
     with pytest.raises(_Stop):
-        engine.run_job("lab1", {"model": HUB_MODEL, "block_size": 16}, in_process=True)
+        runs.run_job("lab1", {"model": HUB_MODEL, "block_size": 16}, in_process=True)
     assert seen["kwargs"]["model"] == HUB_MODEL
     assert seen["env"] == {k: None for k in OFFLINE}
 
@@ -90,12 +93,12 @@ def test_in_process_tiny_model_is_offline(clean_env):
     seen: dict = {}
     clean_env.setitem(sys.modules, "vllm", _fake_vllm(seen))
     with pytest.raises(_Stop):
-        engine.run_job("lab1", {"model": None, "block_size": 32}, in_process=True)
+        runs.run_job("lab1", {"model": None, "block_size": 32}, in_process=True)
     assert seen["env"] == {k: "1" for k in OFFLINE}
     # a hub model after it in the same Python: the variables set for the tiny model go again
     seen.clear()
     with pytest.raises(_Stop):
-        engine.run_job("lab1", {"model": HUB_MODEL, "block_size": 16}, in_process=True)
+        runs.run_job("lab1", {"model": HUB_MODEL, "block_size": 16}, in_process=True)
     assert seen["env"] == {k: None for k in OFFLINE}
 
 
@@ -511,7 +514,7 @@ def test_a_failed_job_shows_its_traceback_not_the_exit_noise(tmp_path):
     noise = "\n".join(f' - leaked function "f{i}"' for i in range(300))
     log.write_text(
         'starting\nTraceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
-        f"    main()\nkvlab.measure.engine.EngineError: port 8000 is busy\n{noise}\n"
+        f"    main()\nkvlab.measure.serving.engine.EngineError: port 8000 is busy\n{noise}\n"
     )
     tail = engine.log_tail(log)
     assert tail.endswith("EngineError: port 8000 is busy") and "leaked" not in tail

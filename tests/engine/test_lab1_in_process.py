@@ -1,5 +1,5 @@
 """Lab 1's in-process path (what a GPU reader's notebook runs: vLLM imported in its own Python),
-executed on vLLM's CPU build: the engine environment's Python calls ``engine.run_job(...,
+executed on vLLM's CPU build: the engine environment's Python calls ``runs.run_job(...,
 in_process=True)``, the very function the notebook calls, with one small ``lab1`` job (about 30 s
 on two cores). The job's engine is stopped before it returns; its processes are gone after."""
 
@@ -9,7 +9,8 @@ import json
 import subprocess
 import textwrap
 
-from kvlab.measure import engine, prompts
+from kvlab.measure.prefix import prompts
+from kvlab.measure.serving import engine
 
 DRIVER = textwrap.dedent(
     """
@@ -17,11 +18,11 @@ DRIVER = textwrap.dedent(
 
     import psutil
 
-    from kvlab.measure import engine
+    from kvlab.measure.prefix import runs
 
     if __name__ == "__main__":
         params = json.loads(sys.argv[1])
-        out = engine.run_job("lab1", params, in_process=True, timeout_s=300)
+        out = runs.run_job("lab1", params, in_process=True, timeout_s=300)
         left = [
             p.pid
             for p in psutil.Process().children(recursive=True)

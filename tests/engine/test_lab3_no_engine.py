@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kvlab.measure import engine, recorded
+from kvlab.measure.recording import recorded
+from kvlab.measure.serving import engine
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB3 = ROOT / "notebooks" / "labs" / "lab3-disaggregated-prefill.ipynb"
@@ -76,12 +77,12 @@ def test_setup_forced_onto_the_recording(monkeypatch, capsys, quiet_log):
 
 
 def test_gpu_section_without_a_gpu_prints_the_gpu_recordings(tmp_path, monkeypatch, capsys):
-    from kvlab.measure import results
+    from kvlab.measure.recording import results
 
     (cell,) = [s for s in _code_cells() if "pd_split.gpu_here()" in s]
     monkeypatch.setenv(results.RESULTS_ENV, str(tmp_path))  # an empty folder of GPU recordings
-    from kvlab.measure import pd_split
+    from kvlab.measure.disagg import pd_split
 
     monkeypatch.setattr(pd_split, "gpu_here", lambda: False)
-    _, out = _run([f"from kvlab.measure import pd_split\n{cell}"], capsys)
+    _, out = _run([f"from kvlab.measure.disagg import pd_split\n{cell}"], capsys)
     assert out.startswith("No GPU recording exists yet for this lab")

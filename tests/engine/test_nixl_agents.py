@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvlab.measure import nixl_sweep, pd_procs
+from kvlab.measure.disagg import nixl_sweep
+from kvlab.measure.serving import procs as pd_procs
 from kvlab.models import TINY_LAB
 
 

@@ -7,7 +7,9 @@ import shutil
 
 import pytest
 
-from kvlab.measure import engine, pd_procs, pd_split
+from kvlab.measure.disagg import pd_split
+from kvlab.measure.serving import engine
+from kvlab.measure.serving import procs as pd_procs
 
 
 def test_an_engine_that_fails_to_start_leaves_no_process(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvlab.measure import pd_split
+from kvlab.measure.disagg import pd_split
 
 
 @pytest.fixture

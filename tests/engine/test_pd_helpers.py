@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from kvlab import calc
-from kvlab.measure import nixl_sweep, pd_procs, pd_split
+from kvlab.measure.disagg import nixl_sweep, pd_split
+from kvlab.measure.serving import procs as pd_procs
 from kvlab.models import LLAMA_70B
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kvlab.measure import results
+from kvlab.measure.recording import results
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB1_NB = ROOT / "notebooks/labs/lab1-vllm-prefix-caching.ipynb"

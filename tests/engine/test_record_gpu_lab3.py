@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kvlab.measure import pd_split, results
+from kvlab.measure.disagg import pd_split
+from kvlab.measure.recording import results
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB3 = ROOT / "notebooks/labs/lab3-disaggregated-prefill.ipynb"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kvlab.measure import pd_split
+from kvlab.measure.disagg import pd_split
 
 ROOT = Path(__file__).resolve().parents[2]
 QWEN = {

@@ -13,8 +13,9 @@ import time
 import psutil
 import pytest
 
-from kvlab.measure import engine, vllm_lab
-from kvlab.measure.server import VllmServer, free_port, port_is_free
+from kvlab.measure.prefix import runs, vllm_lab
+from kvlab.measure.serving import engine
+from kvlab.measure.serving.server import VllmServer, free_port, port_is_free
 
 
 def tiny_kwargs(**over):
@@ -80,7 +81,7 @@ def test_server_that_dies_shows_its_log():
 
 def test_job_past_its_time_is_stopped():
     with pytest.raises(engine.EngineError, match="ran past 2 s"):
-        engine.run_job("probe", in_process=False, timeout_s=2)
+        runs.run_job("probe", in_process=False, timeout_s=2)
 
 
 def test_stop_mid_run_leaves_nothing_running():
@@ -139,7 +140,7 @@ def test_job_stopped_while_its_servers_start_leaves_no_server():
     would; either way no server of that job is left."""
     base = free_port()
     with pytest.raises(engine.EngineError, match="ran past"):
-        engine.run_job(
+        runs.run_job(
             "serving",
             {"num_blocks": 64, "max_model_len": 1024, "base_port": base, "fleet_workload": None},
             in_process=False,

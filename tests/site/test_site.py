@@ -300,7 +300,7 @@ def test_every_page_loads_cleanly(crawl):
 
 def test_lab3_says_where_its_engine_figures_come_from(site):
     """Lab 3 prints, for each of its three engine runs, whether it was measured while the page was
-    built or is the recording (kvlab.measure.recorded). Measured: passes. Recorded: the page must
+    built or is the recording (kvlab.measure.recording.recorded). Measured: passes. Recorded: the page must
     name the recording and what failed, and the test is skipped with that reason, so a CI log
     shows that the engines did not run there."""
     from bs4 import BeautifulSoup

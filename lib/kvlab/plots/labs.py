@@ -24,10 +24,10 @@ KIND_COLORS = {
 def copy_times(results, model_lines=None, title=None, ax=None):
     """Median copy time against prompt length, one series per kind (log-log).
 
-    ``results``: :class:`kvlab.measure.copies.CopyResult` (or dicts with kind, tokens, seconds).
+    ``results``: :class:`kvlab.measure.transfer.copies.CopyResult` (or dicts with kind, tokens, seconds).
     ``model_lines``: ``{label: (tokens, seconds)}`` drawn dashed (the cost model).
     """
-    from ..measure.copies import KIND_LABELS
+    from ..measure.transfer.copies import KIND_LABELS
 
     if ax is None:
         _, ax = plt.subplots()

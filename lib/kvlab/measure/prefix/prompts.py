@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from .._validate import check_int
-from ..cache import block_keys
+from ..._validate import check_int
+from ...cache import block_keys
 
 _WORDS = (
     "account answer assistant billing cancel clear concise customer data delivery detail escalate "

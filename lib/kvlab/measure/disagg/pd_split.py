@@ -1,7 +1,7 @@
 """Disaggregated prefill on a real vLLM engine (the CPU build), measured. The parent side.
 
-Each engine runs in its own process (:mod:`kvlab.measure.pd_worker`, the engine environment's
-Python), one core each, started and always stopped by :class:`kvlab.measure.pd_procs.Children`
+Each engine runs in its own process (:mod:`kvlab.measure.disagg.pd_worker`, the engine environment's
+Python), one core each, started and always stopped by :class:`kvlab.measure.serving.procs.Children`
 under the machine-wide engine lock.
 
 Two splits:
@@ -38,10 +38,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .._validate import check_choice, check_int
-from . import engine, pd_procs
+from ..._validate import check_choice, check_int
+from ..serving import engine
+from ..serving import procs as pd_procs
+from ..serving.engine import DEFAULT_GPU_MODEL, GPU_BLOCK_SIZE
 from .nixl_sweep import UCX_ENV
-from .vllm_lab import DEFAULT_GPU_MODEL, GPU_BLOCK_SIZE
 
 WORKER = Path(__file__).with_name("pd_worker.py")
 
@@ -115,7 +116,7 @@ def shape_from_config(model_dir: str | os.PathLike):
 
 def shape_from_dict(cfg: dict, name: str):
     """:func:`shape_from_config` from the parsed ``config.json`` (as a recording keeps it)."""
-    from .. import models
+    from ... import models
 
     heads = int(cfg["num_attention_heads"])
     head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
@@ -957,7 +958,7 @@ def split_summary(live: NixlSplit, kv_bytes_per_token: float) -> dict:
     :func:`pulled_tokens` at the split's block size), outputs equal to the colocated run, the
     control's outputs that differ from it, the decode engine's prompt-token counters (pulled,
     control, cold), NIXL's times, and :meth:`NixlSplit.used_pulled_kv`'s verdict."""
-    from .. import calc
+    from ... import calc
 
     if kv_bytes_per_token <= 0:
         raise ValueError(f"kv_bytes_per_token must be > 0, got {kv_bytes_per_token}")

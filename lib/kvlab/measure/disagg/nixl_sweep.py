@@ -2,7 +2,7 @@
 
 NIXL (NVIDIA's Inference Xfer Library) is the transfer layer under vLLM's ``NixlConnector`` and
 Dynamo's disaggregation {cite}`nixl`. Here two agents, each in its own process
-(:mod:`kvlab.measure.nixl_worker`), register host buffers with NIXL's UCX backend; the initiator
+(:mod:`kvlab.measure.disagg.nixl_worker`), register host buffers with NIXL's UCX backend; the initiator
 READs the target's bytes into its own buffer, as a decode worker pulls a prefill worker's KV. On a
 CPU machine that is DRAM to DRAM between two processes over UCX on the loopback device; on GPU
 machines the same calls move GPU memory over NVLink or RDMA.
@@ -28,9 +28,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import calc
-from .._validate import check_int, non_negative, positive
-from . import engine, pd_procs
+from ... import calc
+from ..._validate import check_int, non_negative, positive
+from ..serving import engine
+from ..serving import procs as pd_procs
 
 WORKER = Path(__file__).with_name("nixl_worker.py")
 
@@ -239,8 +240,8 @@ def _drive(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m kvlab.measure.nixl_sweep``: a small sweep of the tiny lab shape, as JSON."""
-    from .. import models
+    """``python -m kvlab.measure.disagg.nixl_sweep``: a small sweep of the tiny lab shape, as JSON."""
+    from ... import models
 
     jobs, _ = kv_jobs(models.TINY_LAB, [1024, 4096, 16384])
     sweep = run_sweep(jobs)

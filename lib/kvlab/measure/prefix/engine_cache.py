@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import check_choice, check_int
-from ..cache import BlockHashCache, VLLMBlockPool
+from ..._validate import check_choice, check_int
+from ...cache import BlockHashCache, VLLMBlockPool
 
 MODELS = ("book", "vllm")
 
@@ -76,7 +76,7 @@ class ChatRouting:
     tokens, as the engine reported them)."""
 
     def __init__(self, w, policy: str, replicas: int, block_size: int, seed: int = 0):
-        from .. import routing
+        from ... import routing
 
         self.w, self.policy, self.R = w, policy, int(replicas)
         self.paths = w.paths(block_size)

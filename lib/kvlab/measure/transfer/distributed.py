@@ -8,7 +8,7 @@ its own GPU: NVLink or PCIe inside a node, RDMA across nodes); on CPU it is gloo
 Two ways to run it:
 
 - :func:`send_recv` spawns two processes itself (bounded by ``timeout_s``) and returns the timings;
-- ``torchrun --nproc-per-node 2 -m kvlab.measure.transfer --mb 64`` runs the same worker under
+- ``torchrun --nproc-per-node 2 -m kvlab.measure.transfer.distributed --mb 64`` runs the same worker under
   torchrun and prints one line per size from rank 0.
 
 Each size is timed on rank 0 from just before ``send`` to the return of a one-element
@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 
-from .._validate import check_choice, check_int, positive
+from ..._validate import check_choice, check_int, positive
 
 
 @dataclass
@@ -230,7 +230,7 @@ def send_recv(
 
 
 def main(argv=None) -> int:
-    """Entry point under torchrun: ``torchrun --nproc-per-node 2 -m kvlab.measure.transfer``."""
+    """Entry point under torchrun: ``torchrun --nproc-per-node 2 -m kvlab.measure.transfer.distributed``."""
     import argparse
 
     import torch

@@ -2,14 +2,15 @@
 
 vLLM pins its own versions of transformers, numpy and friends, so on a CPU machine it lives in its
 own virtual environment, ``.venv-engine`` (``make engine``), beside the book's ``.venv``. A
-notebook running in the book's environment calls :func:`run_job`, which starts
-``.venv-engine/bin/python -m kvlab.measure.engine_jobs JOB`` as a subprocess; the job runs the
-engine experiments with *this same kvlab code* and hands back a JSON-ready dict. Where ``vllm``
-imports in the notebook's own Python (Colab, a GPU machine with ``requirements-gpu.txt``), the job
-runs in-process instead: the same functions, no subprocess.
+notebook running in the book's environment reaches it through
+:func:`kvlab.measure.prefix.runs.run_job`, which starts the engine environment's Python with
+:func:`engine_env` as a subprocess; the job runs with *this same kvlab code* and hands back a
+JSON-ready dict. Where ``vllm`` imports in the notebook's own Python (Colab, a GPU machine with
+``requirements-gpu.txt``), the job runs in-process instead: the same functions, no subprocess.
 
-Every failure says what went wrong and what to do: a missing engine, a missing model folder, a job
-that crashed (with the tail of its log), a job that ran out of time (its processes are ended).
+This module holds what every engine process needs and nothing of any lab: the folders, the
+environment variables, :class:`EngineError` (every failure says what went wrong and what to do), the
+engine lock, log tails, and :func:`kill_group`. It imports no other part of kvlab.
 
 Set ``KVLAB_ENGINE_LOCK`` to a file path to run one engine job at a time across processes (the
 job takes an exclusive ``flock`` on it).
@@ -18,23 +19,25 @@ job takes an exclusive ``flock`` on it).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib.util
-import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-#: The repository root (this file is lib/kvlab/measure/engine.py).
-ROOT = Path(__file__).resolve().parents[3]
+#: The repository root (this file is lib/kvlab/measure/serving/engine.py).
+ROOT = Path(__file__).resolve().parents[4]
 #: The engine environment ``make engine`` creates.
 ENGINE_VENV = ROOT / ".venv-engine"
-#: The tiny model ``make engine`` builds (see :mod:`kvlab.measure.tinymodel`).
+#: The tiny model ``make engine`` builds (see :mod:`kvlab.measure.prefix.tinymodel`).
 TINY_MODEL_DIR = ROOT / "build" / "tiny-llama"
+#: The labs' GPU model (Lab 1 and Lab 3; downloaded from the hub on a GPU machine, never in CI).
+DEFAULT_GPU_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+#: vLLM's default block size on CUDA, and the smallest the CPU attention backend accepts (it takes
+#: multiples of 32 only).
+GPU_BLOCK_SIZE = 16
+CPU_BLOCK_SIZE = 32
 #: Environment for every engine process: a 1 GiB CPU KV cache unless set, no usage reports.
 ENGINE_ENV_DEFAULTS = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -223,106 +226,6 @@ def kill_group(pid: int, grace_s: float = 10.0) -> None:
             except ProcessLookupError:
                 return
             time.sleep(0.1)
-
-
-def run_job(
-    job: str,
-    params: dict | None = None,
-    *,
-    timeout_s: float = 900,
-    in_process: bool | None = None,
-    venv: str | Path = ENGINE_VENV,
-) -> dict:
-    """Run engine job ``job`` (a name in :data:`kvlab.measure.engine_jobs.JOBS`) with ``params``
-    and return its JSON-ready result.
-
-    ``in_process=None`` picks: in this Python when ``vllm`` imports here, else in the engine
-    environment through a subprocess (its log goes to a temporary file whose tail is shown on
-    failure). The result gains ``"where"``: "in-process" or the engine Python's path.
-    """
-    from . import engine_jobs
-
-    if job not in engine_jobs.JOBS:
-        raise ValueError(f"job must be one of {sorted(engine_jobs.JOBS)}, got {job!r}")
-    params = dict(params or {})
-    if in_process is None:
-        in_process = vllm_here()
-    if in_process:
-        set_process_env(params.get("model"))
-        with engine_lock():
-            out = engine_jobs.JOBS[job](**params)
-        out["where"] = "in-process"
-        return out
-    py = engine_python(venv)
-    with tempfile.TemporaryDirectory(prefix="kvlab-engine-") as tmp:
-        pfile, ofile, log = Path(tmp, "params.json"), Path(tmp, "out.json"), Path(tmp, "job.log")
-        pfile.write_text(json.dumps(params))
-        cmd = [str(py), "-m", "kvlab.measure.engine_jobs", job, str(pfile), str(ofile)]
-        with engine_lock(), open(log, "w") as logf:
-            proc = subprocess.Popen(
-                cmd,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=engine_env(model=params.get("model")),
-                cwd=str(ROOT),
-                start_new_session=True,  # its own process group: ended as one on failure
-            )
-            try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                kill_group(proc.pid)
-                proc.wait()
-                raise EngineError(
-                    f"engine job {job!r} ran past {timeout_s:g} s and was stopped; last lines of "
-                    f"its log:\n{log_tail(log)}"
-                ) from None
-            except BaseException:  # interrupted: never leave an engine behind
-                kill_group(proc.pid)
-                proc.wait()
-                raise
-            finally:
-                kill_group(proc.pid, grace_s=2.0)  # stray children of a finished job
-        if rc != 0 or not ofile.exists():
-            raise EngineError(
-                f"engine job {job!r} failed (exit code {rc}); last lines of its log:\n"
-                f"{log_tail(log)}"
-            )
-        out = json.loads(ofile.read_text())
-    out["where"] = str(py)
-    return out
-
-
-@dataclasses.dataclass
-class JobResult:
-    """An engine job's JSON result, in the form :mod:`kvlab.measure.recorded` stores and reloads."""
-
-    result: dict
-
-    def as_dict(self) -> dict:
-        return {"result": self.result}
-
-
-def run_or_recorded(lab: str, name: str, job: str, params: dict, reason: str | None = None):
-    """Lab 1's engine runs, strict where the engine exists: with ``reason`` None, run ``job`` here
-    (an engine failure raises and fails the page; ``KVLAB_RECORD_LABS=1`` also records the run);
-    otherwise (``reason``: why the engines cannot run here, from
-    :func:`kvlab.measure.recorded.why_not_here`) the same run's CPU recording. Returns a
-    :class:`kvlab.measure.recorded.Measured` of a :class:`JobResult`."""
-    from . import recorded
-
-    if reason is None:
-        value = JobResult(run_job(job, params))
-        if os.environ.get(recorded.RECORD_ENV) == "1":  # without this machine's folders
-            portable = JobResult(json.loads(shown(json.dumps(value.result))))
-            recorded.save(lab, name, portable, params)
-        note = f"{name}: measured on this machine just now"
-        return recorded.Measured(value, True, note, name=name)
-
-    def cannot_run() -> JobResult:
-        raise EngineError(reason)
-
-    return recorded.measure(lab, name, cannot_run, JobResult, params, retry_if_under_s=0)
 
 
 def shown(text: str) -> str:

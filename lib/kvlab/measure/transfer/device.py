@@ -12,7 +12,7 @@ import platform
 import sys
 from dataclasses import asdict, dataclass, field
 
-from .. import hardware
+from ... import hardware
 
 
 def torch_or_none():
@@ -157,7 +157,7 @@ def discover() -> Discovery:
         notes.append(
             "vllm not installed: the vLLM part of Lab 1 is skipped (pip install -r requirements-gpu.txt)"
         )
-    from .engine import engine_versions
+    from ..serving.engine import engine_versions
 
     engine_vllm = {k: v for k, v in engine_versions().items() if k.startswith("vllm")}
     return Discovery(

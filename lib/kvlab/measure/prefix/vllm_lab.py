@@ -2,7 +2,7 @@
 on a GPU (a real small instruct model).
 
 Everything here runs next to the engine (in-process, or inside the engine environment through
-:mod:`kvlab.measure.engine_jobs`) and returns plain numbers and token ids, so the notebook can
+:mod:`kvlab.measure.prefix.engine_jobs`) and returns plain numbers and token ids, so the notebook can
 check the engine against kvlab's prediction in the book's own environment.
 
 - :func:`engine_kwargs`: how the lab configures ``vllm.LLM`` (prefix caching on, statistics on
@@ -20,14 +20,15 @@ import time
 
 import numpy as np
 
-from . import prom, prompts
-
-#: The GPU path's model (downloaded from the hub on a GPU machine; never in CI).
-DEFAULT_GPU_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
-#: vLLM's default block size on CUDA, and the smallest the CPU attention backend accepts (it takes
-#: multiples of 32 only).
-GPU_BLOCK_SIZE = 16
-CPU_BLOCK_SIZE = 32
+from ..serving import prom
+from ..serving.engine import (  # Lab 1 and the GPU recorder read them here
+    CPU_BLOCK_SIZE,
+    GPU_BLOCK_SIZE,
+)
+from ..serving.engine import (
+    DEFAULT_GPU_MODEL as DEFAULT_GPU_MODEL,
+)
+from . import prompts
 
 
 def on_gpu() -> bool:

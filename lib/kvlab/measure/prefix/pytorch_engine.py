@@ -6,7 +6,7 @@ weights and any shape (a :class:`kvlab.models.ModelShape` gives layers and heads
 KV of every layer, and accepts earlier KV as ``past`` so that only new tokens are computed.
 
 :class:`PrefixKVStore` keeps KV in blocks of ``block_size`` tokens keyed by chained block hashes
-(the vLLM scheme; :func:`kvlab.measure.prompts.block_hashes`) and counts queried and hit tokens
+(the vLLM scheme; :func:`kvlab.measure.prefix.prompts.block_hashes`) and counts queried and hit tokens
 like vLLM's ``prefix_cache_queries`` / ``prefix_cache_hits``. :class:`PrefixReuseEngine` prefills a
 prompt, reusing the longest cached run of blocks. Because attention is causal, the reused KV is
 exactly what a cold prefill would compute, so outputs match to float rounding (checked by
@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import formulas
-from .._validate import check_int, non_negative, positive
-from . import prom
+from ... import formulas
+from ..._validate import check_int, non_negative, positive
+from ..serving import prom
 from .prompts import block_hashes
 
 # --- the cost of a prefill that reuses a prefix: defined once in kvlab.formulas ----------------
@@ -274,7 +274,7 @@ def make_model(
     ffn_dim: int | None = None,
 ) -> TinyTransformer:
     """A :class:`TinyTransformer` of ``shape`` (default :data:`kvlab.models.TINY_LAB`)."""
-    from .. import models
+    from ... import models
 
     return TinyTransformer.from_shape(
         shape or models.TINY_LAB,

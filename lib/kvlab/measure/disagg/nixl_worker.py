@@ -1,4 +1,4 @@
-"""One NIXL agent in its own process: the child side of :mod:`kvlab.measure.nixl_sweep`.
+"""One NIXL agent in its own process: the child side of :mod:`kvlab.measure.disagg.nixl_sweep`.
 
 Run as a script by path with a Python that has ``nixl`` and ``numpy`` (the engine environment):
 ``python nixl_worker.py target`` or ``... initiator``. It imports nothing from kvlab, so it needs

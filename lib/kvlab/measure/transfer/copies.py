@@ -22,8 +22,8 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
-from .. import calc
-from .._validate import check_choice, check_int
+from ... import calc
+from ..._validate import check_choice, check_int
 from .device import discover, torch_or_none
 
 KINDS = ("host", "h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "d2d", "p2p")
@@ -236,7 +236,7 @@ def time_copy(
     times: list[float] = []
     on_gpu = kind != "host"
     if on_gpu and gpu is None:
-        from .. import hardware
+        from ... import hardware
 
         gpu = hardware.find_gpu(torch.cuda.get_device_name(0))
     for i in range(warmup + repeats):

@@ -1,8 +1,8 @@
 """The engine jobs: what runs next to a real vLLM engine and comes back as JSON.
 
 Each job is a function of plain keyword arguments returning a JSON-ready dict. The notebook calls
-them through :func:`kvlab.measure.engine.run_job`, in-process where ``vllm`` imports, else in the
-engine environment as ``python -m kvlab.measure.engine_jobs JOB PARAMS.json OUT.json`` (vLLM starts
+them through :func:`kvlab.measure.prefix.runs.run_job`, in-process where ``vllm`` imports, else in the
+engine environment as ``python -m kvlab.measure.prefix.engine_jobs JOB PARAMS.json OUT.json`` (vLLM starts
 its engine in spawned processes, so this module's ``__main__`` guard matters).
 """
 
@@ -69,7 +69,7 @@ class MemoryPeak:
 
 def probe(model: str | None = None) -> dict:
     """Versions of the engine environment and the tiny model's tokenizer (no engine start)."""
-    from .engine import TINY_MODEL_DIR, check_model_dir
+    from ..serving.engine import TINY_MODEL_DIR, check_model_dir
 
     path = check_model_dir(model or TINY_MODEL_DIR)
     t0 = time.perf_counter()
@@ -115,10 +115,10 @@ def wait_for_gpu_memory(
     needed_bytes: int, timeout_s: float = 120.0, poll_s: float = 1.0, what: str = "the engine"
 ) -> dict:
     """Wait until GPU 0 has ``needed_bytes`` free (an engine that just stopped gives its memory
-    back when its processes have exited); :class:`~kvlab.measure.engine.EngineError` naming both
+    back when its processes have exited); :class:`~kvlab.measure.serving.engine.EngineError` naming both
     figures when it has not after ``timeout_s``. Returns what was seen (nothing to wait for
     without a GPU)."""
-    from .engine import EngineError
+    from ..serving.engine import EngineError
 
     t0 = time.monotonic()
     seen = gpu_free_bytes()
@@ -150,7 +150,7 @@ def shutdown_engine(llm, free_before: int | None = None, timeout_s: float = 120.
     context). Returns what happened, for the record."""
     import gc
 
-    from .engine import EngineError
+    from ..serving.engine import EngineError
 
     t0 = time.monotonic()
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
@@ -182,8 +182,8 @@ def shutdown_engine(llm, free_before: int | None = None, timeout_s: float = 120.
 def model_revision(model: str) -> str | None:
     """Which revision of ``model`` ran: for a hub model id, the commit of the snapshot in the
     local hub cache (``.../snapshots/<commit>/config.json``); for a local folder, ``folder
-    <digest>`` (:func:`kvlab.measure.tinymodel.folder_digest`); None when it cannot be told."""
-    from .engine import is_local_model
+    <digest>`` (:func:`kvlab.measure.prefix.tinymodel.folder_digest`); None when it cannot be told."""
+    from ..serving.engine import is_local_model
 
     if is_local_model(model):
         from .tinymodel import folder_digest
@@ -234,8 +234,8 @@ def lab1(
     too, so the notebook can make its own prediction."""
     from vllm import LLM
 
+    from ..serving.engine import TINY_MODEL_DIR, check_model_dir, is_local_model
     from . import vllm_lab
-    from .engine import TINY_MODEL_DIR, check_model_dir, is_local_model
 
     if model is None:
         model = str(check_model_dir(TINY_MODEL_DIR))
@@ -308,7 +308,7 @@ def _lab1_runs(
     out["pairs"]["prompt_tokens"] = pair_len
     vllm_lab.reset_cache(llm)
     if replay:
-        from ..workload import ChatWorkload
+        from ...workload import ChatWorkload
 
         w = ChatWorkload(**replay)
         ids = [vllm_lab.to_vocab(w.tokens(i)[0], vocab) for i in range(len(w))]
@@ -341,7 +341,7 @@ def _route(routing, servers, clients, served, ids, warmup) -> dict:
     The counters of all servers are read after the first ``warmup`` requests and at the end."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from . import server as srv
+    from ..serving import server as srv
 
     n = len(ids)
     reps = [0] * n
@@ -379,7 +379,7 @@ def _route(routing, servers, clients, served, ids, warmup) -> dict:
 
 
 def start_servers(servers, together: bool, gpu_memory_utilization: float | None = None) -> list:
-    """Start ``servers`` (:class:`kvlab.measure.server.VllmServer`) and wait until each is ready.
+    """Start ``servers`` (:class:`kvlab.measure.serving.server.VllmServer`) and wait until each is ready.
 
     ``together``: launch all, then wait for all (on a CPU each server has its own core and its own
     KV space, ``VLLM_CPU_KVCACHE_SPACE``, so nothing is shared while they start). Otherwise one
@@ -438,10 +438,10 @@ def serving(
     other on a GPU)."""
     from transformers import AutoTokenizer
 
-    from ..workload import ChatWorkload
+    from ...workload import ChatWorkload
+    from ..serving import server as srv
+    from ..serving.engine import TINY_MODEL_DIR, allowed_cores, check_model_dir
     from . import prompts, vllm_lab
-    from . import server as srv
-    from .engine import TINY_MODEL_DIR, allowed_cores, check_model_dir
     from .engine_cache import ChatRouting
 
     if model is None:
@@ -543,7 +543,7 @@ def _terminate(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 3 or args[0] not in JOBS:
-        print(f"usage: python -m kvlab.measure.engine_jobs {{{','.join(JOBS)}}} PARAMS OUT")
+        print(f"usage: python -m kvlab.measure.prefix.engine_jobs {{{','.join(JOBS)}}} PARAMS OUT")
         return 2
     job, pfile, ofile = args
     # run_job stops a job with SIGTERM (time-out, interrupted notebook): turn it into an exception

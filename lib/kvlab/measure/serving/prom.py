@@ -12,7 +12,7 @@ Counters only ever grow while the server lives, so a hit rate *for an experiment
 the two counters' increases between a reading before and one after it:
 ``(hits_after - hits_before) / (queries_after - queries_before)``.
 
-The CPU path of the labs exports the same counters from :class:`kvlab.measure.model.PrefixKVStore`
+The CPU path of the labs exports the same counters from :class:`kvlab.measure.prefix.pytorch_engine.PrefixKVStore`
 under the ``kvlab:`` prefix, so both paths go through this parser.
 """
 

@@ -4,13 +4,13 @@ No model can be downloaded where the book is tested, yet the labs want a real se
 load a real model folder. :func:`build_tiny_llama` makes one: a Hugging Face Llama configuration
 (2 layers, hidden size 128, 4 heads of 32, 2 KV heads) with weights drawn from a seeded generator, and
 a byte-level BPE tokenizer trained with ``tokenizers`` on text generated from
-:mod:`kvlab.measure.prompts`, with a chat template. vLLM loads the folder like any checkpoint.
+:mod:`kvlab.measure.prefix.prompts`, with a chat template. vLLM loads the folder like any checkpoint.
 
 What the answers say is noise (the weights are random); what the labs measure does not depend on
 it: prefix caching, TTFT, counters and block accounting depend only on token ids and shapes.
 
 Needs ``torch``, ``transformers``, ``tokenizers`` and ``safetensors`` (the engine environment,
-``make engine``). Run as ``python -m kvlab.measure.tinymodel OUT_DIR``; ``make engine`` does it.
+``make engine``). Run as ``python -m kvlab.measure.prefix.tinymodel OUT_DIR``; ``make engine`` does it.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import json
 import sys
 from pathlib import Path
 
-from .._validate import check_int
+from ..._validate import check_int
 
 #: Where ``make engine`` builds the model (relative to the repository root; gitignored).
-DEFAULT_DIR = Path(__file__).resolve().parents[3] / "build" / "tiny-llama"
+DEFAULT_DIR = Path(__file__).resolve().parents[4] / "build" / "tiny-llama"
 
 #: Role markers of the chat template; each is one special token.
 SPECIAL_TOKENS = ("<|begin|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>", "<|pad|>")
@@ -47,7 +47,7 @@ SHAPE = {
 
 def training_text(seed: int = 0, documents: int = 24) -> list[str]:
     """The tokenizer's training corpus: system prompts, questions, timestamps and digits, all
-    generated deterministically by :mod:`kvlab.measure.prompts`."""
+    generated deterministically by :mod:`kvlab.measure.prefix.prompts`."""
     from . import prompts
 
     docs = [prompts.system_prompt_text(words=400, seed=seed + i) for i in range(documents)]

@@ -10,7 +10,7 @@ A dry run (``tools/record_gpu.py --dry-run``) runs the same code on the CPU to c
 carry ``"dry_run": true`` in their machine block and ``dry-run`` in their name, and
 :func:`find_results` never returns them unless asked to, so a dry run is never shown as a GPU
 measurement. The CPU recordings of the engine labs (``<lab>-cpu-recorded.json``,
-:mod:`kvlab.measure.recorded`) are not GPU results either and are never returned here.
+:mod:`kvlab.measure.recording.recorded`) are not GPU results either and are never returned here.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import statistics
 import textwrap
 from pathlib import Path
 
-from .. import units
-from .._validate import check_choice
+from ... import units
+from ..._validate import check_choice
 
 LABS = ("lab1", "lab2", "lab3")
-RESULTS_DIR = Path(__file__).resolve().parents[3] / "results"
+RESULTS_DIR = Path(__file__).resolve().parents[4] / "results"
 #: Environment variable naming another folder of GPU recordings for the lab pages (a test points
 #: it at a dry run's output).
 RESULTS_ENV = "KVLAB_GPU_RESULTS"
@@ -287,7 +287,7 @@ def _lab2_lines(rec: dict) -> list[str]:
 
 
 def _lab3_lines(rec: dict) -> list[str]:
-    """Lab 3: the live split's checks (:func:`kvlab.measure.pd_split.split_summary`)."""
+    """Lab 3: the live split's checks (:func:`kvlab.measure.disagg.pd_split.split_summary`)."""
     s = rec.get("nixl_split")
     why = _failed(s)
     if why is not None:
