@@ -113,3 +113,21 @@ def test_every_fitted_gpu_and_tp_is_within_the_documented_bounds(gpu_tp):
         assert pts, (gpu, tp, phase)
         errs = [abs(p["model_seconds"] / p["seconds"] - 1) for p in pts]
         assert float(np.median(errs)) <= 0.10 and max(errs) <= 0.25, (gpu, tp, phase)
+
+
+def test_on_other_gpu_scales_only_the_hbm_bound_share():
+    from kvlab import hardware
+
+    ratio = hardware.H100_SXM.hbm_bytes_per_s / hardware.A100_80GB.hbm_bytes_per_s
+    whole = costs.on_other_gpu(costs.BOOK, hardware.A100_80GB.hbm_bytes_per_s, hbm_share=1.0)
+    assert whole.decode_base_s == pytest.approx(costs.BOOK.decode_base_s * ratio)
+    assert whole.decode_per_request_s == pytest.approx(costs.BOOK.decode_per_request_s * ratio)
+    none = costs.on_other_gpu(MEASURED, hardware.A100_80GB.hbm_bytes_per_s, hbm_share=0.0)
+    assert none.decode_base_s == pytest.approx(MEASURED.decode_base_s)
+    assert none.decode_per_context_token_s == pytest.approx(
+        MEASURED.decode_per_context_token_s * ratio
+    )
+    half = costs.on_other_gpu(MEASURED, hardware.A100_80GB.hbm_bytes_per_s, hbm_share=0.5)
+    assert half.decode_base_s == pytest.approx(MEASURED.decode_base_s * (0.5 + 0.5 * ratio))
+    with pytest.raises(ValueError, match="hbm_share"):
+        costs.on_other_gpu(MEASURED, 1e12, hbm_share=1.5)
