@@ -394,3 +394,41 @@ def lever_ratio(
         a=c.decode_base_s,
         T=tpot_s,
     )
+
+
+def on_other_gpu(
+    cost: CostModel,
+    hbm_bytes_per_s: float,
+    *,
+    hbm_share: float,
+    reference_hbm_bytes_per_s: float | None = None,
+) -> Costs:
+    """``cost``'s decode step moved to a GPU whose HBM moves ``hbm_bytes_per_s``: the share
+    ``hbm_share`` of the step's fixed and per-request parts (a, k) is HBM-bound and scales by the
+    bandwidth ratio (``decode_step_other_gpu``), the rest does not; the KV read (c_kv) is all
+    HBM-bound. ``hbm_share=1`` scales the whole step, the book's A100 line; the weight read's share
+    of a is :func:`weight_read_s` / a. Prefill terms are kept (prefill stays where it was).
+    ``reference_hbm_bytes_per_s``: the bandwidth ``cost`` was set on (default: its GPU's)."""
+    c = as_costs(cost)
+    w_new = positive("hbm_bytes_per_s", hbm_bytes_per_s)
+    s = check_number("hbm_share", hbm_share, lo=0, hi=1)
+    w_ref = (
+        GPUS[c.gpu].hbm_bytes_per_s
+        if reference_hbm_bytes_per_s is None
+        else positive("reference_hbm_bytes_per_s", reference_hbm_bytes_per_s)
+    )
+
+    def scaled(x: float) -> float:
+        return calc.evaluate("decode_step_other_gpu", a=x, k=0.0, n_b=0, W_ref=w_ref, W_new=w_new)
+
+    return Costs(
+        prefill_s_per_token=c.prefill_s_per_token,
+        decode_base_s=(1 - s) * c.decode_base_s + scaled(s * c.decode_base_s),
+        decode_per_request_s=(1 - s) * c.decode_per_request_s + scaled(s * c.decode_per_request_s),
+        prefill_fixed_s=c.prefill_fixed_s,
+        prefill_s_per_pair=c.prefill_s_per_pair,
+        decode_per_context_token_s=scaled(c.decode_per_context_token_s),
+        calibration=c.calibration,
+        gpu=c.gpu,
+        tp=c.tp,
+    )

@@ -13,7 +13,8 @@ Each request is routed to a replica by a :mod:`kvlab.routing` policy, waits in t
 prefill queue, is prefilled, then decodes with continuous batching.
 
 Per replica (costs from :mod:`kvlab.costs`, default its book calibration :data:`kvlab.costs.BOOK`;
-a linear cost model only: a measured calibration goes in through :func:`kvlab.costs.linearised`):
+any calibration, e.g. ``cost="measured"``: its fixed prefill part, attention and KV-read terms are
+simulated step by step, see "Context-dependent costs" below):
 
 * **Prefix cache**: the exact semantics of :mod:`kvlab.fleet` (blocks of ``block_size`` tokens, LRU,
   deepest blocks of a request evicted first), kept as fleet's per-entry ``OrderedDict`` and
@@ -30,6 +31,18 @@ a linear cost model only: a measured calibration goes in through :func:`kvlab.co
   request one token; at most ``max_batch`` run, the rest wait for a slot. The first output token
   comes from prefill, so a request of ``o`` output tokens needs ``o - 1`` decode steps
   (``prefill_only=True``, or ``o <= 1``: none).
+
+**Context-dependent costs** (a calibration with a fixed prefill part ``t_p0``, an attention term
+``t_pair`` or a KV-read term ``c_kv``, such as :func:`kvlab.costs.cost_model` ``("measured")``):
+a prefill step of pieces of ``U`` tokens after ``c`` already in context (the hit plus the chunks
+done) takes ``t_p0`` plus each piece's marginal cost ``tau U + t_pair (U c + U^2 / 2)``
+(``prefill_seconds_model``); a step that also decodes is one forward pass
+(``mixed_step_seconds_model``: the decode step plus the pieces' marginal costs, ``t_p0`` not paid
+again). A decode step takes ``a + k n + c_kv S`` (``decode_step_seconds_model``), where ``S`` is the
+batch's total context: every running request's prompt plus the tokens it has generated. ``S`` grows
+by the batch size at every step, so the steps of a decode-only run lengthen linearly and the run is
+still taken in one jump (an arithmetic series). With the book's calibration those terms are zero
+and the simulator does exactly what it did before.
 
 TTFT = first token - arrival; TPOT = (finish - first token) / (output tokens - 1).
 
@@ -402,6 +415,8 @@ class _Replica:
         "end",
         "seg_start",
         "seg_d",
+        "seg_g",
+        "ctx",
         "seg_steps",
         "seg_decode",
         "seg_done",
@@ -430,7 +445,9 @@ class _Replica:
         self.steps = 0  # decode steps done
         self.end = _INF  # end time of the current run of steps; inf when idle
         self.seg_start = now
-        self.seg_d = 0.0  # duration of one step of a decode-only run
+        self.seg_d = 0.0  # duration of one step of a decode-only run (its first, with c_kv)
+        self.seg_g = 0.0  # how much each step of that run is longer than the one before (c_kv)
+        self.ctx = 0  # total context of the running batch (prompt + generated, tokens)
         self.seg_steps = 0  # decode steps in the current run
         self.seg_decode = False
         self.seg_done: list = []  # requests whose prefill ends with the current run
@@ -473,11 +490,35 @@ class _Replica:
         if self.end == _INF:
             self._start(t)
         elif self.seg_steps > 1:  # a decode-only run: stop at the first step boundary >= t
+            if self.seg_g:
+                self._cut_growing_run(t)
+                return
             k = max(1, math.ceil((t - self.seg_start) / self.seg_d))
             if k < self.seg_steps:
                 self.busy_s -= (self.seg_steps - k) * self.seg_d
                 self.seg_steps = k
                 self._set_end(self.seg_start + k * self.seg_d)
+
+    def _run_s(self, steps: int) -> float:
+        """Duration of the first ``steps`` steps of the current decode-only run (steps lengthen by
+        ``seg_g`` each: d, d + g, d + 2 g, ...)."""
+        return steps * self.seg_d + self.seg_g * steps * (steps - 1) / 2
+
+    def _cut_growing_run(self, t: float) -> None:
+        """Cut a decode-only run whose steps lengthen at the first step boundary >= ``t``."""
+        x = t - self.seg_start
+        d, g = self.seg_d, self.seg_g
+        # smallest k >= 1 with k d + g k (k - 1) / 2 >= x: the positive root, then corrected
+        b = d - g / 2
+        k = max(1, math.ceil((-b + math.sqrt(b * b + 2 * g * max(x, 0.0))) / g))
+        while k > 1 and self._run_s(k - 1) >= x:
+            k -= 1
+        while self._run_s(k) < x:
+            k += 1
+        if k < self.seg_steps:
+            self.busy_s -= self._run_s(self.seg_steps) - self._run_s(k)
+            self.seg_steps = k
+            self._set_end(self.seg_start + self._run_s(k))
 
     def step(self) -> None:
         """End the current run of steps at ``self.end`` and start the next one."""
@@ -499,7 +540,7 @@ class _Replica:
         self.seg_done = []
         self.inflight.clear()
         self.cache.clear()
-        self.used = self.active = self.out_tokens = self.left = 0
+        self.used = self.active = self.out_tokens = self.left = self.ctx = 0
         self.started = False
         self.seg_steps = 0
         self._set_end(_INF)
@@ -512,8 +553,12 @@ class _Replica:
         while waiting and len(running) < sim.max_batch:
             rid, tokens = waiting.popleft()
             heapq.heappush(running, (self.steps + tokens, rid))
+            self.ctx += sim.prompt[rid] + 1  # its prompt and the first token (from prefill)
         q = self.q
         self.seg_start = now
+        if sim.kv:
+            self._start_kv(now)
+            return
         if q:
             pre = 0
             done = []
@@ -560,6 +605,63 @@ class _Replica:
         self.seg_steps = 0
         self._set_end(_INF)
 
+    def _start_kv(self, now: float) -> None:
+        """:meth:`_start` under a calibration with context terms (module docstring)."""
+        sim = self.sim
+        running, q = self.running, self.q
+        B = len(running)
+        if q:
+            pre = 0
+            pre_s = 0.0
+            done = []
+            budget = sim.chunk if sim.chunk else 0
+            while q:
+                rid = q[0]
+                if not self.started:
+                    self._begin_prefill(rid, now)
+                if budget:
+                    take = min(budget, self.left)
+                    budget -= take
+                else:
+                    take = self.left
+                c = sim.prompt[rid] - self.left  # context before this piece: hit + chunks done
+                pre += take
+                pre_s += sim.tau * take + sim.t_pair * (take * c + take * take / 2)
+                self.left -= take
+                if self.left:
+                    break
+                q.popleft()
+                self.started = False
+                done.append(rid)
+                if not sim.chunk or not budget:
+                    break
+            self.out_tokens -= pre
+            decoding = bool(running) and sim.chunk is not None
+            if decoding:  # one forward pass: the decode step, the pieces' marginal cost
+                dur = pre_s + sim.a + sim.k * B + sim.c_kv * self.ctx
+            else:
+                pre_s += sim.t_p0
+                dur = pre_s
+            self.prefill_busy_s += pre_s
+            self.busy_s += dur
+            self.seg_steps = 1 if decoding else 0
+            self.seg_decode = decoding
+            self.seg_done = done
+            self._set_end(now + dur)
+            return
+        if running:  # decode only until the next finish; each step reads B more context tokens
+            self.seg_d = sim.a + sim.k * B + sim.c_kv * self.ctx
+            self.seg_g = sim.c_kv * B
+            self.seg_steps = running[0][0] - self.steps
+            self.seg_decode = True
+            self.seg_done = []
+            run = self._run_s(self.seg_steps)
+            self.busy_s += run
+            self._set_end(now + run)
+            return
+        self.seg_steps = 0
+        self._set_end(_INF)
+
     def _begin_prefill(self, rid: int, now: float) -> None:
         sim = self.sim
         hit = _match(self.cache, sim.ks[rid], sim.ns[rid], sim.mh[rid]) * sim.bs
@@ -592,8 +694,10 @@ class _Replica:
         if self.seg_decode:
             self.steps += self.seg_steps
             running = self.running
+            self.ctx += len(running) * self.seg_steps
             while running and running[0][0] <= self.steps:
                 _, rid = heapq.heappop(running)
+                self.ctx -= sim.prompt[rid] + 1 + sim.dec[rid]
                 self._done(rid, t)
         for rid in self.seg_done:
             sim.first[rid] = t
@@ -663,14 +767,14 @@ class _Sim:
             np.zeros(n, dtype=np.int64) if prefill_only else np.maximum(out - 1, 0)
         ).tolist()
         c = as_costs(cost)
-        if c.prefill_fixed_s or c.prefill_s_per_pair or c.decode_per_context_token_s:
-            raise ValueError(
-                "cost must be linear for this simulator (no fixed prefill part, attention or "
-                "KV-read term); pass kvlab.costs.linearised(cost, prompt_tokens, context_tokens)"
-            )
         self.tau = c.prefill_s_per_token
         self.a = c.decode_base_s
         self.k = c.decode_per_request_s
+        self.t_p0 = c.prefill_fixed_s
+        self.t_pair = c.prefill_s_per_pair
+        self.c_kv = c.decode_per_context_token_s
+        # context terms: steps are costed by _Replica._start_kv (a linear model keeps the old path)
+        self.kv = bool(self.t_p0 or self.t_pair or self.c_kv)
         self.cap = cap
         self.max_batch = max_batch
         self.chunk = chunk
