@@ -135,6 +135,23 @@ def test_every_shown_figure_has_alt_text():
     )
 
 
+STDERR_HIDDEN_TAGS = {"remove-stderr", "remove-cell", "remove-output"}
+
+
+def test_cells_that_print_to_stderr_hide_it():
+    """The strict build (``stderr_output: remove-warn``, ``-W``) fails on a shown cell that writes
+    to stderr (a library warning, a progress bar): such a cell must carry ``remove-stderr``."""
+    bad = [
+        f"{rel(p)}: cell {i}"
+        for p in notebooks()
+        for i, cell in enumerate(load(p).get("cells", []))
+        if cell.get("cell_type") == "code"
+        and any(o.get("name") == "stderr" for o in cell.get("outputs", []))
+        and not STDERR_HIDDEN_TAGS & set(cell.get("metadata", {}).get("tags", []))
+    ]
+    assert not bad, "cells printing to stderr without the remove-stderr tag:\n" + "\n".join(bad)
+
+
 def test_figures_without_alt_detects_missing_alt():
     img = [{"output_type": "display_data", "data": {"image/png": "AA=="}}]
     cell = {"cell_type": "code", "source": "plot()", "outputs": img, "metadata": {}}
