@@ -173,7 +173,8 @@ def test_pages_state_dynamo_ttl_and_sglang_lpm_fallback_as_their_code_does():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    card = (root / "book" / "p08-card.md").read_text()
+    # the card's engine details live on its "going deeper" page
+    card = "".join((root / "book" / f).read_text() for f in ("p08-card.md", "p08-deeper.md"))
     assert "the same stale view as SGLang's" not in card
     assert "dynamo_router_config" in card and "sglang_schedule_policy" in card
     nb = json.loads((root / "notebooks" / "p08-02-block-hashes-and-radix-tree.ipynb").read_text())
