@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LAB3 = ROOT / "notebooks" / "labs" / "lab3-disaggregated-prefill.ipynb"
 REUSING = {
-    "book/p22-card.html": ROOT / "book" / "p22-card.md",
+    "book/p22-deeper.html": ROOT / "book" / "p22-deeper.md",
     "notebooks/p22-03-transfer-and-overlap.html": ROOT
     / "notebooks"
     / "p22-03-transfer-and-overlap.ipynb",
@@ -67,7 +67,7 @@ def test_every_reused_lab3_figure_is_measured_with_provenance_or_a_formula():
         for key in sorted(keys - FORMULA_KEYS):
             assert key in values, f"{page} reuses {key}, which the lab does not glue"
             assert MARKER.search(values[key]) or key == "lab3_provenance", (key, values[key])
-    assert "lab3_provenance" in reused_keys(REUSING["book/p22-card.html"])
+    assert "lab3_provenance" in reused_keys(REUSING["book/p22-deeper.html"])
 
 
 @pytest.fixture(scope="module")
