@@ -22,7 +22,7 @@ ENGINE_WHY_NOT    = $(shell $(PYTHON) tools/engine_setup.py supported 2>&1)
 # `make test` starts each engine once, not twice.
 ENGINE_NOTEBOOKS := notebooks/labs/lab1-vllm-prefix-caching.ipynb notebooks/labs/lab3-disaggregated-prefill.ipynb
 
-.PHONY: venv engine engine-required book test test-lib test-kernels test-kernels-quick test-notebooks test-notebooks-live test-build test-site bench notebooks serve colab-check colab-check-fast lint clean
+.PHONY: venv engine engine-required book test test-setup test-lane-lib test-lane-book colab-envs test-lib test-kernels test-kernels-quick test-notebooks test-notebooks-live test-build test-site bench notebooks serve colab-check colab-check-fast lint clean
 
 venv: $(STAMP)
 
@@ -80,10 +80,41 @@ book: $(STAMP) engine
 ## Every test: the library (and its numeric part under five BLAS kernel sets), the strict build
 ## (which executes every notebook once), nbval on what the build executed, the site in a browser,
 ## and the notebooks whose imports differ from the book's in Colab's pinned environment.
-test: engine-required test-lib test-kernels-quick test-build test-notebooks test-site colab-check-fast
+## On two cores it runs as two lanes after a parallel install: the library lane (test-lib,
+## test-kernels-quick, colab-check-fast) beside the book lane (the strict build, test-notebooks,
+## test-site). The engine lock (build/engine.lock, KVLAB_ENGINE_LOCK) lets one vLLM engine job run
+## at a time, so the lanes share the CPU but never two engines. Each step prints its time.
+TEST_JOBS ?= 2
+test: engine-required
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-setup
+	@mkdir -p build
+	@t0=$$(date +%s); \
+	KVLAB_ENGINE_LOCK=$${KVLAB_ENGINE_LOCK:-$(CURDIR)/build/engine.lock} \
+	  $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-lane-lib test-lane-book; \
+	s=$$?; echo "== make test: lanes took $$(( $$(date +%s) - t0 )) s"; exit $$s
 
+# One step of a lane: run `make TARGET` and print how long it took.
+define timed_step
+	@t0=$$(date +%s); $(MAKE) --no-print-directory $(1); s=$$?; \
+	echo "== $(1): $$(( $$(date +%s) - t0 )) s (exit $$s)"; exit $$s
+endef
+
+test-setup: $(STAMP) engine colab-envs
+
+test-lane-lib:
+	$(call timed_step,test-lib)
+	$(call timed_step,test-kernels-quick)
+	$(call timed_step,colab-check-fast)
+
+test-lane-book:
+	$(call timed_step,test-build)
+	$(call timed_step,test-notebooks)
+	$(call timed_step,test-site)
+
+# Tests that force an engine lab onto its recording log that here, not in the build's record
+# (build/lab-fallbacks.log), since the book lane may be building at the same time.
 test-lib: $(STAMP) engine
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 lib/tests tests --ignore=tests/site
+	KVLAB_FALLBACK_LOG=$(CURDIR)/build/test-lib-fallbacks.log $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 lib/tests tests --ignore=tests/site
 
 # OpenBLAS picks its kernels by CPU; these force each kernel set CI's and readers' CPUs may get.
 KERNELS := Prescott Nehalem Sandybridge Haswell Zen
@@ -134,6 +165,11 @@ colab-check:
 ## set-up), in the same cached Colab-pinned environments under build/.
 colab-check-fast:
 	$(PYTHON) tools/colab_check.py --fast
+
+# The Colab-pinned environments of colab-check-fast, made beside the book's own during `make test`.
+colab-envs:
+	@t0=$$(date +%s); $(PYTHON) tools/colab_check.py --fast --envs-only; s=$$?; \
+	echo "== colab-envs: $$(( $$(date +%s) - t0 )) s (exit $$s)"; exit $$s
 
 ## ruff (lint rules and formatting), mypy (kvlab's type hints) and import-linter (kvlab's layers); settings
 ## in lib/pyproject.toml.

@@ -68,7 +68,8 @@ pinned here: ``tests/test_declared_imports.py`` fails otherwise. Update ``PINS``
 when Colab moves (the file says what it is).
 
 Usage: python3 tools/colab_check.py [--fast] [--setup-only] [--no-labs] [--python PATH]
-       [--labs-python PATH] [--venv DIR] [--labs-venv DIR] [--recreate] [NOTEBOOK ...]
+       [--labs-python PATH] [--venv DIR] [--labs-venv DIR] [--recreate] [--envs-only]
+       [NOTEBOOK ...]
 """
 
 from __future__ import annotations
@@ -627,6 +628,12 @@ def main(argv: list[str] | None = None) -> int:
         "--labs-venv", help="the labs environment (default: build/.venv-colab-labs-KEY)"
     )
     ap.add_argument("--recreate", action="store_true", help="rebuild the environments")
+    ap.add_argument(
+        "--envs-only",
+        action="store_true",
+        help="create (or reuse) the environments and run nothing (make test makes them while it "
+        "installs the book's)",
+    )
     args = ap.parse_args(argv)
     if args.fast and args.paths:
         ap.error("--fast runs its own list of notebooks (FAST); give no notebooks with it")
@@ -674,6 +681,9 @@ def main(argv: list[str] | None = None) -> int:
         vpy = ensure_venv(venv, python, pins, args.recreate)
         t_env = time.perf_counter() - t0
         t_envs += t_env
+        if args.envs_only:
+            log(f"[{name}] environment ready in {t_env:.0f} s: {venv}")
+            continue
         if name == "colab":
             cell_ok = colab_cell_check(vpy)
             log(f"colab set-up cell (static check): {'ok' if cell_ok else 'FAILED'}")
@@ -685,6 +695,8 @@ def main(argv: list[str] | None = None) -> int:
         summaries.append(summary)
         ok &= summary["ok"]
 
+    if args.envs_only:
+        return 0
     log("")
     for s in summaries:
         n_ok = len(s["results"]) - len(s.get("failed", []))
