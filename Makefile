@@ -111,10 +111,13 @@ test-lane-book:
 	$(call timed_step,test-notebooks)
 	$(call timed_step,test-site)
 
+# The engine tests last: the book lane starts with the engine labs, so the library lane does its
+# engine-free tests while those hold the engine lock.
+TEST_LIB_PATHS := lib/tests $(sort $(wildcard tests/test_*.py)) tests/engine
 # Tests that force an engine lab onto its recording log that here, not in the build's record
 # (build/lab-fallbacks.log), since the book lane may be building at the same time.
 test-lib: $(STAMP) engine
-	KVLAB_FALLBACK_LOG=$(CURDIR)/build/test-lib-fallbacks.log $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 lib/tests tests --ignore=tests/site
+	KVLAB_FALLBACK_LOG=$(CURDIR)/build/test-lib-fallbacks.log $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(TEST_LIB_PATHS)
 
 # OpenBLAS picks its kernels by CPU; these force each kernel set CI's and readers' CPUs may get.
 KERNELS := Prescott Nehalem Sandybridge Haswell Zen
