@@ -1,4 +1,4 @@
-"""One vLLM engine in its own process: the child side of :mod:`kvlab.measure.disagg.pd_split`.
+"""One vLLM engine in its own process, the child of :mod:`kvlab.measure.disagg.engine_process`.
 
 Run by path with the engine environment's Python (``python pd_worker.py``); it imports nothing
 from kvlab. The parent sets the environment (core binding, KV cache size, NIXL side channel on

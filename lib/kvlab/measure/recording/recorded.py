@@ -85,7 +85,12 @@ MEASURING_CODE: dict[str, tuple[str, ...]] = {
         "prefix/runs.py",
     ),
     "lab3": (
-        "disagg/pd_split.py",
+        "disagg/engine_config.py",
+        "disagg/connector_files.py",
+        "disagg/engine_process.py",
+        "disagg/split_results.py",
+        "disagg/file_split.py",
+        "disagg/nixl_split.py",
         "disagg/pd_worker.py",
         "serving/procs.py",
         "disagg/nixl_sweep.py",
