@@ -2,6 +2,9 @@
 
 Every function checks its arguments and raises a ``ValueError`` that names the parameter, the
 value and the allowed range. Units: bytes, seconds, tokens, bytes per second, requests per second.
+
+Why one module: it is the numeric face of :mod:`kvlab.formulas`, one short checked function per
+formula; the length is the number of formulas, not several subjects.
 """
 
 from __future__ import annotations

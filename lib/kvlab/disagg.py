@@ -4,6 +4,11 @@ sizing the two pools, and the roofline that says why the phases want different h
 Builds on :mod:`kvlab.calc` (KV size, transfer time, pool sizes) and adds the few formulas it lacks
 as sympy expressions (:data:`FORMULAS`), evaluated with ``sympy.lambdify`` so notebooks can render
 them as LaTeX. Units: bytes, seconds, tokens, bytes per second, FLOP, FLOP per byte.
+
+Why one module: it holds Problem 22's calculators (the transfer, its overlap with prefill,
+re-sharding, pool sizes, the roofline), each a few short functions over :mod:`kvlab.calc` and the
+formulas above; and :func:`kvlab.explorer_p22.cache_key` fingerprints this whole module, so moving
+a function out would change the committed grid's key.
 """
 
 from __future__ import annotations

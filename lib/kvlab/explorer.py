@@ -13,6 +13,12 @@ The grid is cached as JSON (:data:`CACHE`, committed) under a key made of the si
 stale cache is rebuilt, never reused. :func:`routing_explorer_html` is the page's HTML: controls
 bound to Vega-Lite parameters that filter the table, drawn by the Vega bundle the site serves once
 (``_static/kvlab-vega.js``, written by ``_ext/kvlab_vega.py`` with vl-convert).
+
+Why one module: it is one pipeline, the routing grid from its cache key to the page that looks it
+up. Two of its parts are also used by :mod:`kvlab.explorer_p22`: the code fingerprint
+(:func:`code_fingerprint`) and the page embedding (:func:`embed_html`, :func:`house_style`); each
+could stand as a module of its own, which issue 25 leaves for when the second explorer's rework
+lands.
 """
 
 from __future__ import annotations

@@ -26,6 +26,11 @@ conversation's new chat arrives there; a stale old chat elsewhere matches nothin
 
 Load is the prefill tokens a replica has computed so far (prompt tokens minus hit tokens, warm-up
 included); the reported ``prefill_tokens`` count only requests after the warm-up.
+
+Why one module: it is one simulator. The entry bookkeeping, the numba loops over it, the two cache
+models and the request loop that asks :mod:`kvlab.routing` for each request's replica all act on
+the same dense arrays; and :mod:`kvlab.explorer` keys its committed grid by this module's functions
+by name, so moving any of them out would change the key and throw the grid away.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ expression over named symbols, a one-line meaning and the units. Notebooks rende
 :func:`latex`, solve them for another unknown with :func:`solve_for`, and :mod:`kvlab.calc` turns
 them into checked numeric functions with ``sympy.lambdify``. Nothing else in the package restates
 these formulas.
+
+Why one module: it is one table, the book's formulas, each defined once; splitting it by chapter
+would make a reader (and :func:`formula`) look in several places for the one definition of each.
 """
 
 from __future__ import annotations

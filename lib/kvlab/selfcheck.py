@@ -30,6 +30,10 @@ read.
 A number with one comma and exactly three digits after it ("5,243") is ambiguous: English
 thousands or a decimal comma. Both readings are tried; any other comma is read by its shape
 ("0,396" and "5,24" are decimal commas, "1,234,567" groups thousands, "1.234,5" is European).
+
+Why one module: it is one checker. The parsing, the unit tables of :data:`RULES`, the tolerance
+rules and the answer box are read together by the site's copy (``rules_json()``), which is tested
+against this module case by case; the questions at the end are the quiz this checker marks.
 """
 
 from __future__ import annotations

@@ -30,6 +30,10 @@ whose ``note`` says where the figures come from; the page prints it, and calls
 Recorded process ids belong to the machine that recorded them: :func:`processes_left` checks live
 processes only for runs measured here and takes the recorded clean-up check otherwise. Notes and
 errors shown on a page have machine paths replaced (:func:`scrub`).
+
+Why one module: every part serves one decision, whether a lab's figure is measured here or read
+from its recording, and saying so on the page: the code fingerprint and versions that decide
+whether a recording may be used, saving and loading it, and the notes and banner that report it.
 """
 
 from __future__ import annotations
