@@ -9,17 +9,27 @@ from dataclasses import dataclass
 from .._validate import non_negative, positive
 from ..assumptions import CostModel
 from ..costs import BOOK
-from .reference import Simulation
+from . import kernel
+from .reference import Replica, Simulation
 from .result import SimResult
 from .systems import Colocated, Disaggregated
 from .traffic import Traffic
 
 
 def simulate(
-    system: Colocated | Disaggregated, traffic: Traffic, cost: CostModel | str = BOOK
+    system: Colocated | Disaggregated,
+    traffic: Traffic,
+    cost: CostModel | str = BOOK,
+    *,
+    _reference: bool = False,
 ) -> SimResult:
-    """Run one simulation and return per-request times."""
-    return Simulation(system, traffic, cost).run()
+    """Run one simulation and return per-request times: on the compiled loop
+    (:mod:`kvlab.pdsim.kernel`), or, with ``_reference=True``, on the event-by-event simulator it
+    is checked against (:mod:`kvlab.pdsim.reference`); the two give the same times.
+    ``Replica.runs = False`` steps identical decode steps one by one in both."""
+    if _reference:
+        return Simulation(system, traffic, cost).run()
+    return kernel.run(system, traffic, cost, runs=Replica.runs)
 
 
 # A trial starts from an empty system. Until the decode batches have filled, requests see shorter
