@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from .._validate import check_int, check_number, non_negative, positive
-from ..workload import ChatWorkload, Paths
+from ..workload import ChatPrompt, ChatWorkload, Paths, ShapedChats
 
 
 class IndependentRequests:
@@ -53,14 +53,15 @@ class IndependentRequests:
         )
 
 
-class ChatSessions:
+class ChatSessions(ShapedChats):
     """Closed-loop chat traffic, the timed simulator's default chat workload.
 
     ``sessions`` users each run one chat; a chat of T turns has T geometric with mean
     ``mean_turns`` (at least 1), capped at the turns before its history reaches ``history_max``.
-    Prompts are shaped as :class:`kvlab.workload.ChatWorkload`'s (a system prompt of
-    ``system_tokens`` shared by every chat on it, a history growing by ``history_step`` a turn,
-    ``new_tokens`` new, ``output_tokens`` answered). Sessions are generated until ``requests``
+    Prompts are shaped by a :class:`kvlab.workload.ChatPrompt`, as
+    :class:`kvlab.workload.ChatWorkload`'s (a system prompt of ``system_tokens`` shared by every
+    chat on it, a history growing by ``history_step`` a turn, ``new_tokens`` new,
+    ``output_tokens`` answered): give ``prompt=`` or its fields as keywords. Sessions are generated until ``requests``
     requests exist (the last one is cut short). Turn t > 0 waits a think time, exponential with
     mean ``think_s``, after the answer to turn t - 1 has finished; :func:`simulate` starts the
     sessions as a Poisson process at ``rate_rps / mean turns`` so that ``rate_rps`` requests/s are
@@ -78,33 +79,14 @@ class ChatSessions:
         mean_turns: float = 6.0,
         think_s: float = 10.0,
         seed: int = 0,
-        system_prompts: int = 4,
-        system_tokens: int = 2000,
-        history_start: int = 500,
-        history_step: int = 500,
-        history_max: int = 20_000,
-        new_tokens: int = 300,
-        output_tokens: int = 200,
+        prompt: ChatPrompt | None = None,
+        **shape: int,
     ):
         self.requests = check_int("requests", requests, lo=1, hi=100_000_000)
         self.mean_turns = check_number("mean_turns", mean_turns, lo=1, hi=10_000)
         self.think_mean_s = non_negative("think_s", think_s)
         self.seed = check_int("seed", seed, lo=0)
-        self.system_prompts = check_int("system_prompts", system_prompts, lo=1, hi=1_000_000)
-        self.system_tokens = check_int("system_tokens", system_tokens, lo=0, hi=10_000_000)
-        self.history_start = check_int("history_start", history_start, lo=0, hi=10_000_000)
-        self.new_tokens = check_int("new_tokens", new_tokens, lo=1, hi=10_000_000)
-        self.output_tokens_per_turn = check_int("output_tokens", output_tokens, lo=0, hi=10_000_000)
-        self.history_step = check_int(
-            "history_step",
-            history_step,
-            lo=self.new_tokens + self.output_tokens_per_turn,
-            hi=10_000_000,
-        )
-        self.history_max = check_int(
-            "history_max", history_max, lo=self.history_start, hi=1_000_000_000
-        )
-        self.turns_per_chat = -(-(self.history_max - self.history_start) // self.history_step) + 1
+        self.shape = shape_ = ChatPrompt.of(prompt, shape)
 
         rng = np.random.default_rng([self.seed, 5_113])
         p = 1.0 / self.mean_turns
@@ -132,8 +114,8 @@ class ChatSessions:
         think = rng.exponential(1.0, self.requests) * self.think_mean_s
         self.think_s = np.where(turn > 0, think, 0.0)
         self.system_prompt = sess % self.system_prompts
-        self.history_tokens = self.history_start + turn * self.history_step
-        self.prompt_tokens = self.system_tokens + self.history_tokens + self.new_tokens
+        self.history_tokens = shape_.history_tokens(turn)
+        self.prompt_tokens = shape_.prompt_tokens(self.history_tokens)
         self.output_tokens = np.full(self.requests, self.output_tokens_per_turn, dtype=np.int64)
         self.chat_id = sess
         self.conversations = k
