@@ -42,7 +42,15 @@ with arrivals continuing one lifetime beyond; :func:`goodput_table` repeats it o
 Little's law on the decode batches); :func:`point` is one trial for grids of runs.
 
 The event loop (:class:`EventLoop`) and replica (:class:`Replica`) are generic: a replica only
-knows its queues and the cost model; routing and bookkeeping live in :class:`Simulation`.
+knows its queues and the cost model; routing and bookkeeping live in :class:`Simulation`
+(:mod:`kvlab.pdsim.reference`). :func:`simulate` runs the same simulation as one compiled loop
+(:mod:`kvlab.pdsim.kernel`, 20 to 40 times faster, the same times: ``lib/tests/test_pdsim_fast.py``);
+``simulate(..., _reference=True)`` runs the reference.
+
+Modules: :mod:`~kvlab.pdsim.traffic`, :mod:`~kvlab.pdsim.systems` (and the costs at a replica's
+TP), :mod:`~kvlab.pdsim.reference` and :mod:`~kvlab.pdsim.kernel` (the two simulators),
+:mod:`~kvlab.pdsim.result`, :mod:`~kvlab.pdsim.runs` (one run, steady-state trials),
+:mod:`~kvlab.pdsim.capacity`, :mod:`~kvlab.pdsim.goodput`.
 """
 
 from ..costs import BOOK

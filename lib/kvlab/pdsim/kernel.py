@@ -1,6 +1,6 @@
 """The colocated-vs-disaggregated simulation as one compiled loop over arrays: the same events, in
 the same order, with the same arithmetic as the event-by-event simulator of
-:mod:`kvlab.pdsim.reference`, which it must match (hit for hit, time for time).
+:mod:`kvlab.pdsim.reference`, which it must match (request for request, time for time).
 
 Rules it keeps, so that every float comes out as the reference's:
 

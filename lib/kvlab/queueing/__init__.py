@@ -74,6 +74,12 @@ How it is fast: events are taken in time order (the next arrival or the next end
 run of steps), and a run of decode-only steps between two events is taken in one jump, cut short
 at the first step boundary after an arrival joins that replica. 100,000 chat requests on 8
 replicas take a few seconds (:func:`bench`).
+
+Modules: :mod:`~kvlab.queueing.traffic` (chat sessions, independent requests, arrival times),
+:mod:`~kvlab.queueing.replica` (one replica's queues, batch, cache and steps),
+:mod:`~kvlab.queueing.simulator` (the run and its routing), :mod:`~kvlab.queueing.result`,
+:mod:`~kvlab.queueing.compare` (routers over seeds, operations in time, :func:`bench`),
+:mod:`~kvlab.queueing.mg1`.
 """
 
 from .compare import (
