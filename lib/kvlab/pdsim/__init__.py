@@ -54,6 +54,7 @@ TP), :mod:`~kvlab.pdsim.reference` and :mod:`~kvlab.pdsim.kernel` (the two simul
 """
 
 from ..costs import BOOK
+from ..models import LLAMA_70B as LLAMA_70B  # the default model, read as pdsim.LLAMA_70B
 from .capacity import CapacityBound, capacity_bound
 from .goodput import Point, attainment_by_window, bench, goodput_table, max_rate, point
 from .reference import EventLoop, Replica, Simulation
