@@ -16,6 +16,10 @@ Queues are linked lists over request ids (a request waits in at most one prefill
 decode queue at a time); each replica's running batch is a heap of (finishing step, request id).
 Plain Python functions, compiled by numba on first use (``cache=True``: once per machine, then
 loaded from ``__pycache__``); without numba they run as they are (slow, same results).
+
+The module is longer than the library's 500 lines because its subject is one function: the
+event handlers share some forty state arrays, and splitting them into calls would pass every one
+of those arrays on each event.
 """
 
 from __future__ import annotations
