@@ -1,17 +1,19 @@
-"""Speed of the fleet simulator (not a test): its compiled kernels against the reference loops
-(requests simulated per second and the ratio, measured in the same run), simulated requests per
+"""Speed of the simulators (not a test): fleet's compiled kernels against its reference loops and
+pdsim's compiled loop against its event-by-event reference (requests simulated per second and the
+ratio, measured in the same run), the timed queueing simulator's requests per second, simulated requests per
 second per policy and cache model, the routing demo's recompute time (all four policies at the defaults), and the routing
 explorer's grid (its stored compute time, one job timed now and the whole grid extrapolated;
 ``--explorer-grid`` recomputes the whole grid on every core, into a temporary file); then the real
 engine's figures (vLLM, the engine environment of `make engine`): start-up, cold and cached TTFT,
 requests per second of a chat-stream replay, memory peak.
 
-Usage: python tools/bench.py [--repeat N] [--explorer-grid] [--no-engine]
+Usage: python tools/bench.py [--repeat N] [--explorer-grid] [--no-engine] [--simulators-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -71,6 +73,76 @@ def fleet_fast_vs_reference(repeat: int) -> None:
                 f"{len(w) / ref:12,.0f} {ref / f:6.1f}x"
             )
     print(f"  all twelve runs: {tr / tf:.1f}x faster ({tf:.3f} s vs {tr:.3f} s CPU)")
+
+
+def pdsim_fast_vs_reference(repeat: int) -> None:
+    """pdsim.simulate's compiled loop against the kept event-by-event simulator, in this run: the
+    Problem 22 explorer's trials (a steady-state run at its defaults, colocated and three splits,
+    both calibrations) and 20,000 requests of lognormal lengths."""
+    from kvlab import explorer_p22, pdsim
+    from kvlab.pdsim import kernel
+
+    t0 = time.perf_counter()
+    kernel._kernel()
+    first = time.perf_counter() - t0
+    d = explorer_p22.DEFAULTS
+    print(
+        "pdsim.simulate, compiled loop vs reference (kvlab.pdsim.reference), best CPU time of "
+        f"{repeat}; first call (compile or load) {first:.2f} s"
+    )
+    print(f"  {'run':52s} {'requests':>9s} {'fast req/s':>12s} {'reference':>12s} {'ratio':>7s}")
+    cases = []
+    for cost in ("book", "measured"):
+        traffic = pdsim.Traffic(
+            rate_rps=d["rate_rps"],
+            prompt_tokens=d["prompt_tokens"],
+            output_tokens=d["output_tokens"],
+            hit_rate=d["hit_rate"],
+        )
+        window = pdsim.window_for(traffic, explorer_p22.TTFT_SLO_S, explorer_p22.TPOT_SLO_S)
+        mean = traffic.rate_rps * window.total_s
+        n = max(2, math.ceil(mean + 6 * math.sqrt(mean) + 10))  # as pdsim.steady_run sizes it
+        steady = pdsim.Traffic(**{**traffic.__dict__, "requests": n})
+        for split in (explorer_p22.BUDGET, (3, 7), (5, 5), (7, 3)):
+            cases.append(
+                (f"explorer trial, {cost}, {pdsim.system_for(split).label}", split, steady, cost)
+            )
+    for split, rate in ((8, 14.0), ((5, 3), 15.0)):
+        t = pdsim.Traffic(
+            rate_rps=rate, requests=20_000, prompt_dist="lognormal", output_dist="lognormal"
+        )
+        cases.append(
+            (f"lognormal lengths, book, {pdsim.system_for(split).label}", split, t, "book")
+        )
+    tf = tr = 0.0
+    for name, split, traffic, cost in cases:
+        system = pdsim.system_for(split)
+        f = cpu_best_of(lambda s=system, t=traffic, c=cost: pdsim.simulate(s, t, c), repeat)
+        r = cpu_best_of(
+            lambda s=system, t=traffic, c=cost: pdsim.simulate(s, t, c, _reference=True), repeat
+        )
+        tf, tr = tf + f, tr + r
+        n = traffic.requests
+        print(f"  {name:52s} {n:9,d} {n / f:12,.0f} {n / r:12,.0f} {r / f:6.1f}x")
+    print(f"  all {len(cases)} runs: {tr / tf:.1f}x faster ({tf:.3f} s vs {tr:.3f} s CPU)")
+
+
+def queueing_speed(repeat: int) -> None:
+    """The timed queueing simulator's requests per second (it has no compiled path yet: the
+    simulator is its own reference)."""
+    from kvlab import queueing
+
+    w = queueing.ChatSessions(requests=20_000)
+    paths = w.paths(16)
+    print(
+        f"queueing.simulate (no compiled path: it is its own reference), {len(w):,} closed-loop "
+        f"chat requests, 8 replicas, 20 requests/s, best CPU time of {repeat}:"
+    )
+    for p in routing.ALL_POLICIES:
+        s = cpu_best_of(
+            lambda p=p: queueing.simulate(w, policy=p, rate_rps=20.0, paths=paths), repeat
+        )
+        print(f"  {p:14s} {len(w) / s:10,.0f} requests/s")
 
 
 def explorer_bench(full: bool) -> None:
@@ -137,8 +209,17 @@ def main(argv=None) -> int:
         "--explorer-grid", action="store_true", help="recompute the explorer's whole grid (slow)"
     )
     ap.add_argument("--no-engine", action="store_true", help="skip the real engine's figures")
+    ap.add_argument(
+        "--simulators-only",
+        action="store_true",
+        help="only the simulators against their references (fleet, pdsim) and queueing's speed",
+    )
     args = ap.parse_args(argv)
     fleet_fast_vs_reference(args.repeat)
+    pdsim_fast_vs_reference(args.repeat)
+    queueing_speed(args.repeat)
+    if args.simulators_only:
+        return 0
     w = workload.ChatWorkload()
     paths = w.paths(16)
     print(f"chat workload: {len(w):,} requests, 8 replicas, 400,000-token caches")

@@ -110,7 +110,7 @@ _SIM_SOURCES = (
             "make_router",
         ),
     ),
-    (workload, ("_stream_key", "stream_ids", "Paths", "ChatWorkload")),
+    (workload, ("_stream_key", "stream_ids", "Paths", "ChatPrompt", "ShapedChats", "ChatWorkload")),
 )
 
 

@@ -70,12 +70,12 @@ class _LoggingReplica(pdsim.Replica):
 @contextlib.contextmanager
 def _logging_replicas(log: list) -> Iterator[None]:
     cls = type("_Logging", (_LoggingReplica,), {"log": log})
-    saved = pdsim.Replica
-    pdsim.Replica = cls  # type: ignore[misc,assignment]
+    saved = pdsim.reference.Replica
+    pdsim.reference.Replica = cls  # type: ignore[misc,assignment]
     try:
         yield
     finally:
-        pdsim.Replica = saved  # type: ignore[misc,assignment]
+        pdsim.reference.Replica = saved  # type: ignore[misc,assignment]
 
 
 def decode_steps(

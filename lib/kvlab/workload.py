@@ -18,14 +18,14 @@ brute-force one. The simulator itself only needs the per-request arrays (``conve
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Protocol
 
 import numpy as np
 
 from ._validate import check_int, check_number
 
-__all__ = ["ChatWorkload", "Paths", "stream_ids"]
+__all__ = ["ChatPrompt", "ChatWorkload", "Paths", "ShapedChats", "stream_ids"]
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -67,6 +67,117 @@ class Paths:
     kind: str = "general"
 
 
+@dataclass(frozen=True)
+class ChatPrompt:
+    """The shape of a chat's prompts, one definition for :class:`ChatWorkload` and
+    :class:`kvlab.queueing.ChatSessions`.
+
+    ``system_prompts`` system prompts of ``system_tokens`` tokens (a chat uses one, shared with
+    every chat on it); turn t has a history of ``history_start + t * history_step`` tokens, then
+    ``new_tokens`` new user tokens, and the model answers ``output_tokens`` tokens. The history
+    grows by at least the previous turn's new message and answer (``history_step >= new_tokens +
+    output_tokens``); the turn whose history reaches ``history_max`` is a chat's last.
+    """
+
+    system_prompts: int = 4
+    system_tokens: int = 2000
+    history_start: int = 500
+    history_step: int = 500
+    history_max: int = 20_000
+    new_tokens: int = 300
+    output_tokens: int = 200
+
+    def __post_init__(self):
+        def put(name: str, value: int) -> None:
+            object.__setattr__(self, name, value)
+
+        put("system_prompts", check_int("system_prompts", self.system_prompts, lo=1, hi=1_000_000))
+        put("system_tokens", check_int("system_tokens", self.system_tokens, lo=0, hi=10_000_000))
+        put("history_start", check_int("history_start", self.history_start, lo=0, hi=10_000_000))
+        put("new_tokens", check_int("new_tokens", self.new_tokens, lo=1, hi=10_000_000))
+        put("output_tokens", check_int("output_tokens", self.output_tokens, lo=0, hi=10_000_000))
+        step = check_int(
+            "history_step",
+            self.history_step,
+            lo=self.new_tokens + self.output_tokens,
+            hi=10_000_000,
+        )  # the next history holds the previous new message and answer
+        put("history_step", step)
+        put(
+            "history_max",
+            check_int("history_max", self.history_max, lo=self.history_start, hi=1_000_000_000),
+        )
+
+    @classmethod
+    def of(cls, prompt: ChatPrompt | None, shape: dict) -> ChatPrompt:
+        """``prompt``, or one built from the keyword arguments ``shape`` (a workload's ``**shape``):
+        not both; unknown names are a ValueError naming the allowed ones."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(shape) - set(names))
+        if unknown:
+            raise ValueError(f"unknown prompt-shape argument(s) {unknown}: allowed are {names}")
+        if prompt is None:
+            return cls(**shape)
+        if not isinstance(prompt, ChatPrompt):
+            raise ValueError(f"prompt must be a ChatPrompt or None, got {prompt!r}")
+        if shape:
+            raise ValueError(f"give prompt or the prompt-shape arguments {sorted(shape)}, not both")
+        return prompt
+
+    @property
+    def turns_per_chat(self) -> int:
+        """Turns of a chat: the turn whose history reaches ``history_max`` is the last one."""
+        return -(-(self.history_max - self.history_start) // self.history_step) + 1
+
+    def history_tokens(self, turn: np.ndarray) -> np.ndarray:
+        """History tokens of each turn (0 for a chat's first request)."""
+        return self.history_start + turn * self.history_step
+
+    def prompt_tokens(self, history_tokens: np.ndarray) -> np.ndarray:
+        """Prompt tokens of turns with these histories: system prompt + history + new message."""
+        return self.system_tokens + history_tokens + self.new_tokens
+
+
+class ShapedChats:
+    """A chat workload whose prompts a :class:`ChatPrompt` shapes (``shape``): its figures read as
+    the workload's attributes (``output_tokens_per_turn`` for the shape's ``output_tokens``, since
+    the workload's ``output_tokens`` is the per-request array)."""
+
+    shape: ChatPrompt
+
+    @property
+    def system_prompts(self) -> int:
+        return self.shape.system_prompts
+
+    @property
+    def system_tokens(self) -> int:
+        return self.shape.system_tokens
+
+    @property
+    def history_start(self) -> int:
+        return self.shape.history_start
+
+    @property
+    def history_step(self) -> int:
+        return self.shape.history_step
+
+    @property
+    def history_max(self) -> int:
+        return self.shape.history_max
+
+    @property
+    def new_tokens(self) -> int:
+        return self.shape.new_tokens
+
+    @property
+    def output_tokens_per_turn(self) -> int:
+        return self.shape.output_tokens
+
+    @property
+    def turns_per_chat(self) -> int:
+        return self.shape.turns_per_chat
+
+
 class _ChatArrays(Protocol):
     """What :class:`ChatWorkload`'s ``_check_index``, ``tokens`` and ``paths`` read, so that
     :class:`kvlab.queueing.ChatSessions`, which has the same attributes, can borrow them."""
@@ -100,12 +211,14 @@ class _ChatArrays(Protocol):
     def _check_index(self, i) -> int: ...
 
 
-class ChatWorkload:
+class ChatWorkload(ShapedChats):
     """The demo's chat traffic: ``len(w)`` requests, ``w.tokens(i)`` -> (prompt_ids, output_ids).
 
     Per-request arrays (numpy, length ``len(w)``): ``conversation``, ``generation`` (how many times
     the conversation started over before this request), ``turn`` (0 at a chat's first request),
-    ``system_prompt``, ``history_tokens``, ``prompt_tokens``, ``output_tokens``.
+    ``system_prompt``, ``history_tokens``, ``prompt_tokens``, ``output_tokens``. The prompts'
+    shape is a :class:`ChatPrompt`: give ``prompt=`` or its fields as keywords
+    (``system_tokens=...``); ``w.shape`` holds it and its figures are attributes of ``w``.
     """
 
     def __init__(
@@ -114,34 +227,14 @@ class ChatWorkload:
         skew: float = 1.0,
         requests: int = 20_000,
         seed: int = 0,
-        system_prompts: int = 4,
-        system_tokens: int = 2000,
-        history_start: int = 500,
-        history_step: int = 500,
-        history_max: int = 20_000,
-        new_tokens: int = 300,
-        output_tokens: int = 200,
+        prompt: ChatPrompt | None = None,
+        **shape: int,
     ):
         self.conversations = check_int("conversations", conversations, lo=1, hi=10_000_000)
         self.skew = check_number("skew", skew, lo=0, hi=10)
         self.requests = check_int("requests", requests, lo=1, hi=100_000_000)
         self.seed = check_int("seed", seed, lo=0)
-        self.system_prompts = check_int("system_prompts", system_prompts, lo=1, hi=1_000_000)
-        self.system_tokens = check_int("system_tokens", system_tokens, lo=0, hi=10_000_000)
-        self.history_start = check_int("history_start", history_start, lo=0, hi=10_000_000)
-        self.new_tokens = check_int("new_tokens", new_tokens, lo=1, hi=10_000_000)
-        self.output_tokens_per_turn = check_int("output_tokens", output_tokens, lo=0, hi=10_000_000)
-        self.history_step = check_int(
-            "history_step",
-            history_step,
-            lo=self.new_tokens + self.output_tokens_per_turn,
-            hi=10_000_000,
-        )  # the next history holds the previous new message and answer
-        self.history_max = check_int(
-            "history_max", history_max, lo=self.history_start, hi=1_000_000_000
-        )
-        #: turns per chat: the turn whose history reaches history_max is the last one
-        self.turns_per_chat = -(-(self.history_max - self.history_start) // self.history_step) + 1
+        self.shape = shape_ = ChatPrompt.of(prompt, shape)
 
         rng = np.random.default_rng(self.seed)
         weights = 1.0 / np.arange(1, self.conversations + 1, dtype=float) ** self.skew
@@ -158,8 +251,8 @@ class ChatWorkload:
         self.generation = visit // self.turns_per_chat
         self.turn = visit % self.turns_per_chat
         self.system_prompt = self.conversation % self.system_prompts
-        self.history_tokens = self.history_start + self.turn * self.history_step
-        self.prompt_tokens = self.system_tokens + self.history_tokens + self.new_tokens
+        self.history_tokens = shape_.history_tokens(self.turn)
+        self.prompt_tokens = shape_.prompt_tokens(self.history_tokens)
         self.output_tokens = np.full(self.requests, self.output_tokens_per_turn, dtype=np.int64)
         #: a dense id per chat (conversation, generation), used as its cache-entry key
         self.chat_id = self.conversation + self.conversations * self.generation

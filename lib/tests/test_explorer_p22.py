@@ -30,8 +30,12 @@ def test_table_is_pdsim_and_cached(tiny, tmp_path):
     assert [r["sys"] for r in rows] == ["colocated x3", "1 : 2", "2 : 1"]
     assert all(r["pf"] or not r["best"] for r in rows)
     assert sum(r["mid"] for r in rows) == 1
-    want = pdsim.point(2.0, 1_000, 20, 0.0, (1, 2), seed=0)
-    assert rows[1]["a"] == pytest.approx(want.attainment, abs=1e-4)
+    want = [pdsim.point(2.0, 1_000, 20, 0.0, (1, 2), seed=s).attainment for s in ex.SEEDS]
+    assert len(ex.SEEDS) == 8
+    assert rows[1]["a"] == pytest.approx(sum(want) / len(want), abs=1e-4)
+    assert rows[1]["a_lo"] == pytest.approx(min(want), abs=1e-4)
+    assert rows[1]["a_hi"] == pytest.approx(max(want), abs=1e-4)
+    assert all(r["a_lo"] <= r["a"] <= r["a_hi"] and r["a_sd"] >= 0 for r in rows)
     assert not ex.p22_grid(path)["rebuilt"]
 
 
@@ -61,11 +65,15 @@ def test_spec_has_labelled_controls():
     names = {p["name"] for p in spec["params"]}
     assert names == {"rate", "prompt", "output", "hit"}
     assert all(p["bind"]["name"].strip() for p in spec["params"])
+    text = json.dumps(spec)
+    # the spread of every bar: a rule from the lowest to the highest seed, the figures on hover
+    assert '"a_lo"' in text and '"a_hi"' in text and '"a_sd"' in text
+    assert "mean of 8 seeds" in text
     assert "https://" not in ex.p22_explorer_html().replace("https://vega.github.io/schema", "")
 
 
 def test_committed_grid_is_current():
-    """A stale committed grid is recomputed during the build (about 4 minutes on two cores). Fix:
+    """A stale committed grid is recomputed during the build (about a minute on two cores). Fix:
     ``python -c 'from kvlab import explorer_p22; explorer_p22.p22_grid(rebuild=True)'``."""
     data = json.loads(ex.CACHE.read_text(encoding="utf-8"))
     assert data["key"] == ex.cache_key(), "data/explorer/p22-grid.json is stale"
