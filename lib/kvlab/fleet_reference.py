@@ -1,10 +1,10 @@
 """The fleet simulator's loops as they were before the compiled kernels (kept as the reference).
 
 :func:`kvlab.fleet.simulate` runs :mod:`kvlab.fleet`'s kernels (compiled with numba when it is
-installed); ``simulate(..., _reference=True)`` and :func:`simulate` here run these pure-Python
-loops instead (an ``OrderedDict`` of entries per replica, see :mod:`kvlab.fleet`'s docstring).
+installed); ``simulate(..., _reference=True)`` runs these pure-Python loops instead (an ``OrderedDict`` of entries per replica, see :mod:`kvlab.fleet`'s docstring).
 ``lib/tests/test_fleet_fast.py`` drives both with random streams and demands equal results.
-Do not optimise this module: its only job is to be obviously what the simulator used to do.
+Do not optimise this module: its only job is to be obviously what the simulator used to do. It
+imports nothing from kvlab, so :mod:`kvlab.fleet` uses it without an import cycle.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-__all__ = ["run_chat", "run_general", "simulate"]
+__all__ = ["run_chat", "run_general"]
 
 
 def _evict(od: OrderedDict, used: int, cap: int) -> int:
@@ -224,10 +224,3 @@ def _run_general(w, paths, choices, R, cap, eps, lam, stale, router):
 
 run_chat = _run_chat
 run_general = _run_general
-
-
-def simulate(w, *args, **kwargs):
-    """:func:`kvlab.fleet.simulate` on the reference loops (same arguments, same result type)."""
-    from . import fleet
-
-    return fleet.simulate(w, *args, _reference=True, **kwargs)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvlab import explorer, fleet, fleet_reference, routing, workload
+from kvlab import explorer, fleet, routing, workload
 from kvlab.workload import Paths
 
 SETTINGS = settings(
@@ -113,7 +113,7 @@ def chat_streams(draw):
 
 def run_both(w, bs, kw, **extra):
     kw = {**kw, **extra, "block_size": bs, "warmup": 0}
-    return fleet.simulate(w, **kw), fleet_reference.simulate(w, **kw)
+    return fleet.simulate(w, **kw), fleet.simulate(w, _reference=True, **kw)
 
 
 @SETTINGS
@@ -153,12 +153,12 @@ def test_chat_workloads_equal_reference(wkw, kw, model, warm):
     w = workload.ChatWorkload(**wkw)
     warm = min(warm, len(w) - 1)
     kw = {**kw, "cache_model": model, "warmup": warm}
-    assert_same(fleet.simulate(w, **kw), fleet_reference.simulate(w, **kw))
+    assert_same(fleet.simulate(w, **kw), fleet.simulate(w, _reference=True, **kw))
 
 
 def test_too_many_slots_falls_back_to_the_reference(monkeypatch):
     w = workload.ChatWorkload(conversations=20, requests=200, system_tokens=40)
-    want = fleet_reference.simulate(w, replicas=4, cache_tokens=2_000, warmup=10)
+    want = fleet.simulate(w, _reference=True, replicas=4, cache_tokens=2_000, warmup=10)
     monkeypatch.setattr(fleet, "MAX_SLOTS", 0)
     assert_same(fleet.simulate(w, replicas=4, cache_tokens=2_000, warmup=10), want)
 
@@ -173,7 +173,7 @@ def test_explorer_default_setting_equals_reference():
     kw = dict(replicas=d["replicas"], cache_tokens=d["cache_tokens"], warmup=explorer.WARMUP)
     fast = fleet.simulate_all(w, paths=paths, **kw)
     for p in routing.POLICIES:
-        ref = fleet_reference.simulate(w, policy=p, paths=paths, **kw)
+        ref = fleet.simulate(w, _reference=True, policy=p, paths=paths, **kw)
         assert_same(fast[p], ref)
     assert fast["cache_aware"].hit_rate > fast["random"].hit_rate  # the demo's point stands
 
@@ -184,4 +184,4 @@ def test_trace_equals_reference(policy):
 
     t = traces.load_mooncake(limit=1_500)
     kw = dict(policy=policy, replicas=4, cache_tokens=200_000, warmup=100)
-    assert_same(fleet.simulate(t, **kw), fleet_reference.simulate(t, **kw))
+    assert_same(fleet.simulate(t, **kw), fleet.simulate(t, _reference=True, **kw))

@@ -17,7 +17,7 @@ decode queue at a time); each replica's running batch is a heap of (finishing st
 Plain Python functions, compiled by numba on first use (``cache=True``: once per machine, then
 loaded from ``__pycache__``); without numba they run as they are (slow, same results).
 
-The module is longer than the library's 500 lines because its subject is one function: the
+Why one module: it is longer than the library's 500 lines because its subject is one function: the
 event handlers share some forty state arrays, and splitting them into calls would pass every one
 of those arrays on each event.
 """
