@@ -357,6 +357,10 @@ def colab_cell_check(vpy: Path) -> bool:
 # (with "colab": an empty google.colab module in place of the Colab cell; with "until": "setup",
 # up to the set-up cell, with a regular expression, up to the first code cell it matches), and
 # prints one JSON line per notebook with the set-up cell's stdout and the variables.
+#: A cell that runs longer than this fails the check (a hang guard, not a speed test: p22-06's
+#: longest cell took over 600 s on a 2-core machine loaded about 20 deep).
+CELL_TIMEOUT_S = 1800
+
 RUNNER = r"""
 import ast, json, re, sys, time, traceback
 import nbformat
@@ -407,7 +411,7 @@ for job in json.loads(sys.argv[1]):
         nb.cells.insert(setup_i + 1, nbformat.v4.new_code_cell(PROBE_CELL))
     if err is None:
         try:
-            NotebookClient(nb, timeout=600, kernel_name="python3",
+            NotebookClient(nb, timeout=CELL_TIMEOUT_HERE, kernel_name="python3",
                            resources={"metadata": {"path": p.rsplit("/", 1)[0]}}).execute()
         except Exception as e:  # CellExecutionError carries the traceback text
             err = str(e)[-3000:] or traceback.format_exc()[-3000:]
@@ -422,7 +426,7 @@ for job in json.loads(sys.argv[1]):
     print(json.dumps({"path": p, "seconds": time.perf_counter() - t0, "error": err,
                       "setup": setup, "setup_vars": setup_vars,
                       "cells": len(nb.cells), "cut": bool(until)}), flush=True)
-""".replace("SETUP_VARS_HERE", repr(SETUP_VARS))
+""".replace("SETUP_VARS_HERE", repr(SETUP_VARS)).replace("CELL_TIMEOUT_HERE", str(CELL_TIMEOUT_S))
 
 
 def judge_setup(
