@@ -111,7 +111,7 @@ def test_router_loopback_ids_and_first_worker(two_shimmed_workers):
         ports = {s.port for s in sockets}
         assert {router.port, router.prometheus_port} <= ports, sockets
         assert procs.non_loopback(sockets) == [], sockets
-        first = [s.url for s in shims].index(router_runs._workers(router)[0])
+        first = [s.url for s in shims].index(router.workers()[0])
         for k in range(4):  # one at a time: nothing in flight, so the low-match branch's tie
             out = router.complete_text("m", sr.ids_to_text([5, 6, 7, 100 + k]))
             assert out["choices"][0]["text"] == f"w{first}"
@@ -167,7 +167,8 @@ def test_busy_port_is_refused_before_starting():
 def test_measure_router_concurrent_record(two_shimmed_workers, monkeypatch):
     """The record :func:`measure_router` builds, with two clients and slow stand-ins: every
     request reached one server, the in-flight counts the model is fed come from the shims'
-    times, and the model of the rule agrees with the router on every request."""
+    times, and the model of the rule agrees with the router on every request whose in-flight
+    counts the record pins down (two clients in step can finish within a millisecond)."""
     workers, shims = two_shimmed_workers
     for w in workers:
         w.delay_s = 0.15
@@ -193,4 +194,4 @@ def test_measure_router_concurrent_record(two_shimmed_workers, monkeypatch):
     # the router's own count per worker (its metrics) is the shims' count
     assert run["router_counts"] == [run["server"].count(r) for r in range(2)]
     rep = router_runs.replay_router(run, ids=ids)
-    assert rep["agree"] == rep["requests"], rep
+    assert set(rep["disagree_at"]) <= set(rep["close_calls"]), rep

@@ -74,7 +74,7 @@ def measure_router(
         with router:
             out["router_start_s"] = router.start_s
             out["router_pid"] = router.pid
-            workers = _workers(router)
+            workers = router.workers()
             out["router_order"] = [[sh.url for sh in shims].index(u) for u in workers]
             sockets = procs.listening_sockets([router.pid])
             out["router_sockets"] = [str(s) for s in sockets]
@@ -118,14 +118,6 @@ def measure_router(
         client=sent["client"],
     )
     return out
-
-
-def _workers(router) -> list[str]:
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen(router.base_url + "/workers", timeout=10) as r:
-        return [w["url"] for w in json.loads(r.read())["workers"]]
 
 
 def _router_counts(text: str, urls: list[str]) -> list[int]:
@@ -235,13 +227,34 @@ def inflight_at_arrival(server, t_in, t_out, replicas: int) -> list[list[int]]:
     return out
 
 
+#: A request that reached its server within this many seconds of another one's answer or
+#: arrival: the shims' clocks cannot tell which came first at the router.
+CLOSE_CALL_S = 0.01
+
+
+def close_calls(run: dict, within_s: float = CLOSE_CALL_S) -> list[int]:
+    """Requests whose in-flight counts the record cannot pin down: another request was answered,
+    or reached a server, within ``within_s`` of this one's arrival."""
+    t_in, t_done = run["shim_in_s"], run["answered_s"]
+    n = len(t_in)
+    return [
+        i
+        for i in range(n)
+        if any(
+            j != i and (abs(t_in[i] - t_done[j]) < within_s or abs(t_in[i] - t_in[j]) < within_s)
+            for j in range(n)
+        )
+    ]
+
+
 def replay_router(run: dict, texts: list[str] | None = None, ids=None) -> dict:
     """kvlab's model of the router's choice for every request of a measured ``run`` (a record of
     :func:`measure_router`), in the order the requests reached the servers, each fed what the
     router saw: its record of the requests before (where they actually went) and the requests
     then in flight. Worker indices follow the router's own list (``GET /workers``), whose first
     worker takes the low-match branch's ties. Returns the predicted server per request (the
-    servers' indices), the branch taken, and the agreement with the router."""
+    servers' indices), the branch taken, the agreement with the router, and the close calls
+    (:func:`close_calls`: requests whose in-flight counts are uncertain by a few milliseconds)."""
     from ... import routing
     from ..serving.sglang_router import ids_to_text
 
@@ -277,7 +290,9 @@ def replay_router(run: dict, texts: list[str] | None = None, ids=None) -> dict:
     else:
         raise ValueError(f"policy must be cache_aware or round_robin, got {run['policy']!r}")
     agree = sum(int(a == b) for a, b in zip(predicted, server, strict=True))
+    close = close_calls(run)
     return {
+        "close_calls": close,
         "predicted": predicted,
         "branch": branch,
         "agree": agree,
@@ -314,3 +329,28 @@ def overlapped(run: dict) -> list[int]:
 
 def hit_rate(cached, prompt) -> float:
     return sum(int(x) for x in cached) / sum(int(x) for x in prompt)
+
+
+def summarize(run: dict, ids, num_blocks: int, block_size: int) -> dict:
+    """A measured router run set against kvlab: the model's choices (:func:`replay_router`), the
+    pool replay of the router's actual assignment (:func:`replay_pools`) and both hit rates over
+    the run's requests; ``pool_exact_alone``: requests that ran alone on their server (not
+    batched with another, :func:`overlapped`) whose cached tokens the pools reproduce exactly,
+    out of ``alone``."""
+    n = int(run["requests"])
+    ids = list(ids[:n])
+    rep = replay_router(run, ids=ids)
+    pools = replay_pools(run, ids, num_blocks, block_size)
+    batched = set(overlapped(run))
+    alone = [i for i in range(n) if i not in batched]
+    measured = run["cached_tokens"]
+    return {
+        **rep,
+        "pool_cached": pools,
+        "pool_exact": sum(int(a == b) for a, b in zip(pools, measured, strict=True)),
+        "alone": len(alone),
+        "pool_exact_alone": sum(int(pools[i] == measured[i]) for i in alone),
+        "hit_rate": hit_rate(measured, run["prompt_tokens"]),
+        "pool_hit_rate": hit_rate(pools, run["prompt_tokens"]),
+        "first_worker": int(run["router_order"][0]),
+    }

@@ -3,7 +3,7 @@
 :class:`SGLangRouterProcess` starts ``python -m sglang_router.launch_router`` (the package's own
 launcher of the Rust gateway) with the worker URLs, a policy, and 127.0.0.1 for both its HTTP port
 and its Prometheus port (both default to every address), in its own process group; waits until
-``/readiness`` answers (its workers passed their ``/health`` checks); and stops the whole group by
+``GET /workers`` lists every worker as healthy (they passed their ``/health`` checks); and stops the whole group by
 its own pid, also on failure (use it as a context manager).
 
 :class:`TokenShim` sits between the router and one vLLM server. The router 0.3.2 rejects a
@@ -165,7 +165,9 @@ class SGLangRouterProcess:
         )
 
     def start(self) -> SGLangRouterProcess:
-        """Start the router and wait until ``/readiness`` answers 200 (every worker healthy);
+        """Start the router and wait until ``GET /workers`` lists every worker, healthy (the
+        router registers its workers in parallel after it starts listening, and its list's order,
+        which is the order its policies scan, is the order they finished registering);
         stop it and raise with the tail of its log if it exits or is not ready in time."""
         from .server import port_is_free
 
@@ -190,12 +192,15 @@ class SGLangRouterProcess:
                 rc = self.proc.poll()
                 if rc is not None:
                     raise self._fail(f"exited with code {rc} before it was ready")
-                try:
-                    with urllib.request.urlopen(self.base_url + "/readiness", timeout=2) as r:
-                        if r.status == 200:
-                            self.start_s = time.perf_counter() - t0
-                            return self
-                except (urllib.error.URLError, OSError):
+                try:  # ready once every worker is registered and healthy
+                    with urllib.request.urlopen(self.base_url + "/workers", timeout=2) as r:
+                        listed = json.loads(r.read()).get("workers", [])
+                    if len(listed) == len(self.worker_urls) and all(
+                        w.get("is_healthy") for w in listed
+                    ):
+                        self.start_s = time.perf_counter() - t0
+                        return self
+                except (urllib.error.URLError, OSError, ValueError):
                     pass
                 if time.perf_counter() - t0 > self.ready_timeout_s:
                     raise self._fail(f"was not ready after {self.ready_timeout_s:g} s")
@@ -229,6 +234,11 @@ class SGLangRouterProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def workers(self) -> list[str]:
+        """The worker URLs in the router's own order (``GET /workers``)."""
+        with urllib.request.urlopen(self.base_url + "/workers", timeout=10) as r:
+            return [w["url"] for w in json.loads(r.read())["workers"]]
 
     def metrics_text(self) -> str:
         """The router's Prometheus text (its own port)."""
