@@ -38,6 +38,7 @@ def _run(policy, server, t_in, t_out, order=(0, 1)):
         "server": list(server),
         "shim_in_s": list(t_in),
         "answered_s": list(t_out),
+        "client": [i % 2 for i in range(len(server))],
     }
 
 

@@ -233,15 +233,17 @@ CLOSE_CALL_S = 0.01
 
 
 def close_calls(run: dict, within_s: float = CLOSE_CALL_S) -> list[int]:
-    """Requests whose in-flight counts the record cannot pin down: another request was answered,
-    or reached a server, within ``within_s`` of this one's arrival."""
-    t_in, t_done = run["shim_in_s"], run["answered_s"]
+    """Requests whose in-flight counts the record cannot pin down: another client's request was
+    answered, or reached a server, within ``within_s`` of this one's arrival. (A client's own
+    previous request was answered before it sent this one, and the router counted it done.)"""
+    t_in, t_done, client = run["shim_in_s"], run["answered_s"], run["client"]
     n = len(t_in)
     return [
         i
         for i in range(n)
         if any(
-            j != i and (abs(t_in[i] - t_done[j]) < within_s or abs(t_in[i] - t_in[j]) < within_s)
+            client[j] != client[i]
+            and (abs(t_in[i] - t_done[j]) < within_s or abs(t_in[i] - t_in[j]) < within_s)
             for j in range(n)
         )
     ]
