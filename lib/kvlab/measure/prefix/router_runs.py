@@ -72,11 +72,12 @@ def measure_router(
         out["command"] = router.command()
         t0 = time.perf_counter()
         with router:
+            pid = router.proc.pid if router.proc is not None else -1
             out["router_start_s"] = router.start_s
-            out["router_pid"] = router.pid
+            out["router_pid"] = pid
             workers = router.workers()
             out["router_order"] = [[sh.url for sh in shims].index(u) for u in workers]
-            sockets = procs.listening_sockets([router.pid])
+            sockets = procs.listening_sockets([pid])
             out["router_sockets"] = [str(s) for s in sockets]
             out["router_non_loopback"] = [str(s) for s in procs.non_loopback(sockets)]
             t1 = time.perf_counter()
@@ -84,7 +85,7 @@ def measure_router(
             out["seconds"] = time.perf_counter() - t1
             out["router_counts"] = _router_counts(router.metrics_text(), [sh.url for sh in shims])
         out["router_alive_after_stop"] = router.alive()
-        out["router_gone"] = procs.gone([router.pid])
+        out["router_gone"] = procs.gone([pid])
         out["total_seconds"] = time.perf_counter() - t0
     finally:
         if router is not None:
