@@ -68,9 +68,18 @@ def measure_router(
     out: dict = {"policy": policy, "clients": clients, "requests": len(texts)}
     router = None
     try:
-        router = sr.SGLangRouterProcess([sh.url for sh in shims], policy, python=python)
-        out["command"] = router.command()
         t0 = time.perf_counter()
+        out["start_errors"] = []
+        for _attempt in range(2):  # a router whose workers did not register is tried once more
+            router = sr.SGLangRouterProcess([sh.url for sh in shims], policy, python=python)
+            out["command"] = router.command()
+            try:
+                router.start()
+                break
+            except sr.EngineError as exc:
+                out["start_errors"].append(str(exc).splitlines()[0])
+        else:
+            raise sr.EngineError("; ".join(out["start_errors"]))
         with router:
             pid = router.proc.pid if router.proc is not None else -1
             out["router_start_s"] = router.start_s

@@ -11,6 +11,9 @@ completion whose prompt is a list of token ids (HTTP 422: its ``prompt`` is a st
 strings), so the client sends the ids as one space-separated string; the router routes on that
 text, and the shim turns it back into ids before vLLM sees it. Every completion that passes is
 logged (arrival and answer times, prompt), which is how the router's decisions are read back.
+The router also asks each worker for SGLang-only endpoints (``/model_info``, ``/get_model_info``,
+``/get_server_info``) that vLLM does not have: the shim answers those 404 itself, as vLLM would,
+without waiting for a busy server.
 The shim is a thread of the calling process, bound to 127.0.0.1 on a free port.
 
 :func:`router_python` finds an interpreter that has ``sglang_router``: ``$KVLAB_ROUTER_PYTHON``,
@@ -40,6 +43,8 @@ ROUTER_VERSION = "0.3.2"
 #: Environment variable naming the Python that launches the router.
 ROUTER_PYTHON_ENV = "KVLAB_ROUTER_PYTHON"
 LOOPBACK = "127.0.0.1"
+#: GET paths a shim passes on to vLLM; any other GET it answers 404 itself.
+FORWARDED_GET = ("/health", "/v1/", "/metrics", "/version")
 
 
 def ids_to_text(ids) -> str:
@@ -97,7 +102,7 @@ class SGLangRouterProcess:
         prometheus_port: int | None = None,
         python: str | Path | None = None,
         log_path: str | Path | None = None,
-        ready_timeout_s: float = 60,
+        ready_timeout_s: float = 120,
         extra_args: list[str] | None = None,
     ):
         from .server import free_port
@@ -230,7 +235,7 @@ class SGLangRouterProcess:
                 return
 
     def __enter__(self) -> SGLangRouterProcess:
-        return self.start()
+        return self if self.alive() else self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
@@ -337,6 +342,18 @@ class TokenShim:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
+                if not self.path.startswith(FORWARDED_GET):
+                    # the router's SGLang-only discovery endpoints (/model_info, /get_model_info,
+                    # /get_server_info), which vLLM answers 404 as well: at once, even when the
+                    # server is slow (the router gives each discovery step 10 s)
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    data = b'{"detail":"Not Found"}'
+                    self.send_response(404)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 self._forward("GET")
 
             def do_POST(self) -> None:
