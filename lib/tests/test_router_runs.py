@@ -93,3 +93,18 @@ def test_replay_pools_one_pool_per_server():
     assert rr.replay_pools(split, ids, 64, 16) == [0, 0, 64, 64, 64, 64, 0]
     assert rr.overlapped(split) == []
     assert rr.hit_rate(cached, [len(x) for x in ids]) == pytest.approx(320 / 504)
+
+
+def test_choices_are_replayed_in_sending_order():
+    """Request 2 is sent before request 3 but reaches its server later (a slow connection to the
+    shim): round-robin chose in sending order, which the choice view replays."""
+    from kvlab.measure.prefix import router_model
+
+    ids = _stream()
+    sent = [0, 1, 2, 2.01, 4, 5, 6]
+    arrived = [0.001, 1.001, 2.2, 2.02, 4.001, 5.001, 6.001]
+    run = _run("round_robin", [0, 1, 0, 1, 0, 1, 0], arrived, [t + 0.5 for t in sent])
+    run["sent_s"] = sent
+    assert rr.replay_router(run, ids=ids)["disagree_at"] == [2, 3]  # by arrival: wrong order
+    rep = rr.replay_router(router_model.choice_view(run), ids=ids)
+    assert rep["agree"] == len(ids)
