@@ -36,7 +36,7 @@ MIN_CLAIMS = 20
 MAX_SPOKEN_WORDS, MAX_SPOKEN_NUMBERS = 250, 6
 MAX_TAKEAWAY_WORDS = 120
 #: "At most about 1,500 words": the core card with every claim and number filled in.
-MAX_CORE_WORDS = {"p22": 1_700, "p08": 1_700}
+MAX_CORE_WORDS = {"p22": 1_550, "p08": 1_550}
 OWNER, _ = key_index(ROOT)
 GLUED = kvclaims.stored_glue(ROOT)
 SPOKEN_HEADING = "## How to say it in the interview"
