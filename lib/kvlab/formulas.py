@@ -512,6 +512,10 @@ _MIXED_MODEL = _DECODE_MODEL + (_PREFILL_MODEL - t_p0).subs({U: n_tok})
 # replica. Prefill-only replicas pay no a: 1 / P each; decode-only (1 - a/T) / (k (O - 1)). The best
 # split of N replicas serves N / (P + k (O - 1) / (1 - a/T)); over N r_c that is:
 _LEVER = (k * (O_out - 1) + t_pre) / ((1 - a / T) * t_pre + k * (O_out - 1))
+# The same with prefill's fixed part t_p0: a whole prompt on a prefill replica is a pass of its own
+# and pays t_p0; a chunk riding in a colocated step does not (the mixed step above), so colocated
+# prefill costs t_pre - t_p0 a request. With t_p0 = 0 this is the lever above.
+_LEVER_P0 = (k * (O_out - 1) + t_pre - t_p0) / ((1 - a / T) * t_pre + k * (O_out - 1))
 
 FORMULAS.update(
     {
@@ -576,6 +580,14 @@ FORMULAS.update(
                 _LEVER,
                 "average-level capacity of a split fleet over a colocated one: decode-only "
                 "replicas shed the fixed step part a from each request's prefill time",
+                "1",
+            ),
+            _f(
+                "split_colocated_ratio_p0",
+                "r_split_p0",
+                _LEVER_P0,
+                "the lever with prefill's fixed part t_p0, which a prefill replica's whole-prompt "
+                "pass pays and a colocated chunk riding in a decode step does not",
                 "1",
             ),
         ]
