@@ -95,9 +95,7 @@ _DECODE_CONCURRENCY = (lam * R_time).subs(R_time, O_out * T)
 # the batch a decode replica carries when its steps last as long as that batch makes them (not the
 # target T): Little's law with R = O (a + k n_b), shared by N replicas, solved for n_b (finite only
 # while N > lambda O k: otherwise the replicas cannot keep up at any batch);
-_LOADED_BATCH = sp.solve(
-    sp.Eq(n_b, (lam * R_time).subs(R_time, O_out * (a + k * n_b)) / N), n_b
-)[0]
+_LOADED_BATCH = sp.solve(sp.Eq(n_b, (lam * R_time).subs(R_time, O_out * (a + k * n_b)) / N), n_b)[0]
 # prefill FLOPs: 2 FLOPs per parameter per token, plus QK^T and AV over the causal triangle
 # (2 matmuls x 2 FLOPs x P^2/2 pairs x d_model per layer = 2 L P^2 d_model);
 _PREFILL_FLOPS = 2 * N_params * P + 2 * L * P**2 * d_model
