@@ -95,6 +95,10 @@ def _f(name, lhs, rhs, meaning, units) -> Formula:
 _MAX_BATCH = sp.solve(sp.Eq(a + k * n_b, T), n_b)[0]
 # requests decoding at once is Little's law with time in system = O steps of T seconds;
 _DECODE_CONCURRENCY = (lam * R_time).subs(R_time, O_out * T)
+# the batch a decode replica carries when its steps last as long as that batch makes them (not the
+# target T): Little's law with R = O (a + k n_b), shared by N replicas, solved for n_b (finite only
+# while N > lambda O k: otherwise the replicas cannot keep up at any batch);
+_LOADED_BATCH = sp.solve(sp.Eq(n_b, (lam * R_time).subs(R_time, O_out * (a + k * n_b)) / N), n_b)[0]
 # prefill FLOPs: 2 FLOPs per parameter per token, plus QK^T and AV over the causal triangle
 # (2 matmuls x 2 FLOPs x P^2/2 pairs x d_model per layer = 2 L P^2 d_model);
 _PREFILL_FLOPS = 2 * N_params * P + 2 * L * P**2 * d_model
@@ -264,6 +268,14 @@ FORMULAS: dict[str, Formula] = {
             "Q_D",
             _DECODE_CONCURRENCY,
             "requests decoding at once: each stays O steps of T seconds",
+            "requests",
+        ),
+        _f(
+            "decode_batch_at_load",
+            "n_L",
+            _LOADED_BATCH,
+            "batch each of N decode replicas carries at rate lambda when a step lasts a + k n_b "
+            "(valid while N > lambda O k)",
             "requests",
         ),
         _f(
@@ -515,6 +527,10 @@ _MIXED_MODEL = _DECODE_MODEL + (_PREFILL_MODEL - t_p0).subs({U: n_tok})
 # replica. Prefill-only replicas pay no a: 1 / P each; decode-only (1 - a/T) / (k (O - 1)). The best
 # split of N replicas serves N / (P + k (O - 1) / (1 - a/T)); over N r_c that is:
 _LEVER = (k * (O_out - 1) + t_pre) / ((1 - a / T) * t_pre + k * (O_out - 1))
+# The same with prefill's fixed part t_p0: a whole prompt on a prefill replica is a pass of its own
+# and pays t_p0; a chunk riding in a colocated step does not (the mixed step above), so colocated
+# prefill costs t_pre - t_p0 a request. With t_p0 = 0 this is the lever above.
+_LEVER_P0 = (k * (O_out - 1) + t_pre - t_p0) / ((1 - a / T) * t_pre + k * (O_out - 1))
 
 FORMULAS.update(
     {
@@ -579,6 +595,14 @@ FORMULAS.update(
                 _LEVER,
                 "average-level capacity of a split fleet over a colocated one: decode-only "
                 "replicas shed the fixed step part a from each request's prefill time",
+                "1",
+            ),
+            _f(
+                "split_colocated_ratio_p0",
+                "r_split_p0",
+                _LEVER_P0,
+                "the lever with prefill's fixed part t_p0, which a prefill replica's whole-prompt "
+                "pass pays and a colocated chunk riding in a decode step does not",
                 "1",
             ),
         ]
