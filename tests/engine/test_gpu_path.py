@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvlab import hardware
-from kvlab.measure.prefix import engine_jobs, engine_memory, runs, vllm_lab
+from kvlab.measure.prefix import engine_jobs, runs, vllm_lab
 from kvlab.measure.recording import results
 from kvlab.measure.serving import engine, server
 from kvlab.measure.transfer import copies
@@ -138,7 +138,7 @@ def test_shutdown_engine_stops_the_core_and_waits_for_memory(monkeypatch):
     llm = types.SimpleNamespace(llm_engine=types.SimpleNamespace(engine_core=_FakeCore(log)))
     total = 80 * 2**30
     free = iter([10 * 2**30, 20 * 2**30, 70 * 2**30, 70 * 2**30, 70 * 2**30])
-    monkeypatch.setattr(engine_memory, "gpu_free_bytes", lambda: (next(free), total))
+    monkeypatch.setattr(engine_jobs, "gpu_free_bytes", lambda: (next(free), total))
     monkeypatch.setattr(engine_jobs.time, "sleep", lambda s: None)
     fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(empty_cache=lambda: None))
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
@@ -148,7 +148,7 @@ def test_shutdown_engine_stops_the_core_and_waits_for_memory(monkeypatch):
 
 
 def test_memory_that_never_comes_back_is_named(monkeypatch):
-    monkeypatch.setattr(engine_memory, "gpu_free_bytes", lambda: (5 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(engine_jobs, "gpu_free_bytes", lambda: (5 * 2**30, 80 * 2**30))
     monkeypatch.setattr(engine_jobs.time, "sleep", lambda s: None)
     with pytest.raises(engine.EngineError, match=r"5\.0 GiB free of 80\.0 GiB.*needs 25\.0 GiB"):
         engine_jobs.wait_for_gpu_memory(25 * 2**30, timeout_s=0.0)
@@ -190,8 +190,7 @@ class _FakeServer:
 def test_servers_start_one_after_the_other_on_a_gpu(monkeypatch):
     log: list = []
     servers = [_FakeServer(i, log) for i in (0, 1)]
-    for module in (engine_jobs, engine_memory):  # start_servers reads it, and so does the wait
-        monkeypatch.setattr(module, "gpu_free_bytes", lambda: (60 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(engine_jobs, "gpu_free_bytes", lambda: (60 * 2**30, 80 * 2**30))
     waits = engine_jobs.start_servers(servers, together=False, gpu_memory_utilization=0.3)
     assert log == ["launch 0", "ready 0", "launch 1", "ready 1"]
     assert [w["needed_bytes"] for w in waits] == [int(0.3 * 80 * 2**30) + 2**30] * 2

@@ -81,7 +81,6 @@ MEASURING_CODE: dict[str, tuple[str, ...]] = {
     "lab1": (
         "serving/engine.py",
         "prefix/engine_jobs.py",
-        "prefix/engine_memory.py",
         "prefix/vllm_lab.py",
         "serving/server.py",
         "prefix/prompts.py",
