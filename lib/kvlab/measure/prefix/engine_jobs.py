@@ -4,6 +4,10 @@ Each job is a function of plain keyword arguments returning a JSON-ready dict. T
 them through :func:`kvlab.measure.prefix.runs.run_job`, in-process where ``vllm`` imports, else in the
 engine environment as ``python -m kvlab.measure.prefix.engine_jobs JOB PARAMS.json OUT.json`` (vLLM starts
 its engine in spawned processes, so this module's ``__main__`` guard matters).
+
+Why one module: it is the one program the engine environment runs, and every job in it starts,
+measures and stops an engine with the same helpers (peak memory, waiting for GPU memory after a
+shutdown, the model's revision); Lab 1's recordings fingerprint it with the rest of the lab's code.
 """
 
 from __future__ import annotations
