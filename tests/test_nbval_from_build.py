@@ -25,7 +25,8 @@ WORKED = "notebooks/p08-04-worked-answer.ipynb"
 
 
 def _run(root: Path, executed: Path, *notebooks: str) -> tuple[int, int, str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
+    # wide lines: pytest's summary then keeps each error's whole message (the tail read below)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"), COLUMNS="1000")
     cmd = [
         sys.executable,
         "-m",
