@@ -427,6 +427,7 @@ def serving(
     gpu_memory_utilization: float = 0.3,
     seed: int = 0,
     start_together: bool | None = None,
+    router_runs: list | None = None,
 ) -> dict:
     """Serving mode and a real fleet, with ``replicas`` ``vllm serve`` processes on loopback:
 
@@ -434,7 +435,11 @@ def serving(
        and different questions, counters scraped from ``/metrics`` before and after;
     2. every routing policy in turn: both caches emptied, the chat stream ``fleet_workload``
        routed by kvlab's router over the servers one request at a time (prompts as token ids),
-       each server's counters scraped after the warm-up requests and at the end.
+       each server's counters scraped after the warm-up requests and at the end;
+    3. with ``router_runs`` (``(policy, clients, requests)`` each), SGLang's real router in front
+       of the same servers, caches emptied before each run
+       (:func:`kvlab.measure.prefix.router_runs.measure_router`); where no Python with
+       ``sglang-router`` is found, ``out["router"]["skipped"]`` says so.
 
     Every server is stopped by its own pid when the job ends, also on failure. ``base_port``: the
     first server's port, the next ones counting up (default: free ports chosen by the system).
@@ -527,6 +532,8 @@ def serving(
                 out["fleet"] = fleet_out
                 out["fleet_workload"] = dict(fleet_workload)
                 out["warmup"] = warmup
+                if router_runs:
+                    out["router"] = _router_runs(servers, served, ids, router_runs)
             out["alive_before_stop"] = [s.alive() for s in servers]
         finally:
             for s in servers:
@@ -534,6 +541,25 @@ def serving(
         out["memory_peak_bytes"] = mem.peak_bytes
     out["alive_after_stop"] = [s.alive() for s in servers]
     return out
+
+
+def _router_runs(servers, served, ids, runs) -> dict:
+    """The real router's runs over the running servers (see :func:`serving`)."""
+    from ..serving import sglang_router
+    from . import router_runs
+
+    python = sglang_router.router_python()
+    if python is None:
+        return {
+            "skipped": f"no Python with sglang-router {sglang_router.ROUTER_VERSION} here "
+            f"(install it, or set {sglang_router.ROUTER_PYTHON_ENV})"
+        }
+    t0 = time.perf_counter()
+    done = [
+        router_runs.measure_router(servers, served, ids, p, int(c), int(n), python=python)
+        for p, c, n in runs
+    ]
+    return {"runs": done, "seconds": time.perf_counter() - t0}
 
 
 #: Job name -> function.

@@ -87,6 +87,8 @@ MEASURING_CODE: dict[str, tuple[str, ...]] = {
         "serving/prom.py",
         "prefix/engine_cache.py",
         "prefix/runs.py",
+        "prefix/router_runs.py",
+        "serving/sglang_router.py",
     ),
     "lab3": (
         "disagg/engine_config.py",

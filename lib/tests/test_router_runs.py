@@ -1,0 +1,110 @@
+"""kvlab's replay of SGLang's router decisions (kvlab.measure.prefix.router_runs), without a router."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvlab.measure.prefix import router_runs as rr
+from kvlab.measure.serving.sglang_router import ids_to_text, text_to_ids
+
+
+def test_id_text_round_trip_and_errors():
+    ids = [0, 7, 1609, 42]
+    assert ids_to_text(ids) == "0 7 1609 42"
+    assert text_to_ids(ids_to_text(ids)) == ids
+    for bad in ("", "1  2", "1 a", " 1"):
+        with pytest.raises(ValueError, match="prompt must be token ids"):
+            text_to_ids(bad)
+
+
+def test_text_lcp_matches_a_plain_loop():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        a = "".join(rng.choice(list("12 "), size=int(rng.integers(0, 30))))
+        b = a[: int(rng.integers(0, len(a) + 1))] + "".join(
+            rng.choice(list("12 "), size=int(rng.integers(0, 5)))
+        )
+        k = 0
+        while k < min(len(a), len(b)) and a[k] == b[k]:
+            k += 1
+        assert rr.text_lcp(a, b) == k
+
+
+def _run(policy, server, t_in, t_out, order=(0, 1)):
+    return {
+        "policy": policy,
+        "router_order": list(order),
+        "server": list(server),
+        "shim_in_s": list(t_in),
+        "answered_s": list(t_out),
+        "client": [i % 2 for i in range(len(server))],
+    }
+
+
+def _stream():
+    system = list(range(16, 80))  # 64 shared ids
+    return [system + [200 + i] * 8 for i in range(6)] + [[300 + i for i in range(72)]]
+
+
+def test_one_at_a_time_goes_to_the_routers_first_worker():
+    """Zero load everywhere: the low-match branch takes the first worker of the router's list
+    (here server 1), and every later prompt matches only there. The old rule (the smallest tree)
+    would have sent the unrelated last prompt to server 0."""
+    ids = _stream()
+    n = len(ids)
+    run = _run("cache_aware", [1] * n, range(n), [i + 0.5 for i in range(n)], order=(1, 0))
+    rep = rr.replay_router(run, ids=ids)
+    assert rep["predicted"] == [1] * n and rep["agree"] == n
+    assert rep["branch"][0] == "low_match" and rep["branch"][-1] == "low_match"
+    assert rep["split"] == [0, n]
+
+
+def test_concurrent_low_match_goes_to_the_idle_worker():
+    ids = _stream()
+    # request 6 (unrelated) arrives while request 5 runs on server 0: it goes to server 1
+    t_in = [0, 1, 2, 3, 4, 5, 5.5]
+    t_out = [0.9, 1.9, 2.9, 3.9, 4.9, 6.0, 6.5]
+    run = _run("cache_aware", [0] * 6 + [1], t_in, t_out)
+    assert rr.inflight_at_arrival(run["server"], t_in, t_out, 2)[6] == [1, 0]
+    rep = rr.replay_router(run, ids=ids)
+    assert rep["predicted"][6] == 1 and rep["agree"] == len(ids)
+    # had the router sent it to server 0, the model would say so: a disagreement is counted
+    bad = rr.replay_router(_run("cache_aware", [0] * 7, t_in, t_out), ids=ids)
+    assert bad["disagree_at"] == [6]
+
+
+def test_round_robin_in_arrival_order():
+    ids = _stream()
+    t_in = [0, 1, 3, 2, 4, 5, 6]  # requests 2 and 3 reach the router in swapped order
+    server = [0, 1, 1, 0, 0, 1, 0]
+    rep = rr.replay_router(_run("round_robin", server, t_in, [t + 0.5 for t in t_in]), ids=ids)
+    assert rep["agree"] == len(ids)
+
+
+def test_replay_pools_one_pool_per_server():
+    ids = _stream()
+    n = len(ids)
+    run = _run("cache_aware", [0] * n, range(n), range(1, n + 1))
+    cached = rr.replay_pools(run, ids, num_blocks=64, block_size=16)
+    assert cached == [0] + [64] * 5 + [0]
+    split = _run("cache_aware", [0, 1, 0, 1, 0, 1, 0], range(n), range(1, n + 1))
+    split["shim_out_s"] = split["answered_s"]
+    assert rr.replay_pools(split, ids, 64, 16) == [0, 0, 64, 64, 64, 64, 0]
+    assert rr.overlapped(split) == []
+    assert rr.hit_rate(cached, [len(x) for x in ids]) == pytest.approx(320 / 504)
+
+
+def test_choices_are_replayed_in_sending_order():
+    """Request 2 is sent before request 3 but reaches its server later (a slow connection to the
+    shim): round-robin chose in sending order, which the choice view replays."""
+    from kvlab.measure.prefix import router_model
+
+    ids = _stream()
+    sent = [0, 1, 2, 2.01, 4, 5, 6]
+    arrived = [0.001, 1.001, 2.2, 2.02, 4.001, 5.001, 6.001]
+    run = _run("round_robin", [0, 1, 0, 1, 0, 1, 0], arrived, [t + 0.5 for t in sent])
+    run["sent_s"] = sent
+    assert rr.replay_router(run, ids=ids)["disagree_at"] == [2, 3]  # by arrival: wrong order
+    rep = rr.replay_router(router_model.choice_view(run), ids=ids)
+    assert rep["agree"] == len(ids)
