@@ -108,3 +108,35 @@ def test_choices_are_replayed_in_sending_order():
     assert rr.replay_router(run, ids=ids)["disagree_at"] == [2, 3]  # by arrival: wrong order
     rep = rr.replay_router(router_model.choice_view(run), ids=ids)
     assert rep["agree"] == len(ids)
+
+
+def test_close_calls_are_overlapping_windows():
+    """A request is a close call when another client's choice window (sent -> reached its server)
+    or release window (server answered -> client answered) overlaps its own choice window, however
+    late it reached its server; requests whose windows stand clear are not, and one client's own
+    requests never make each other close calls."""
+    from kvlab.measure.prefix import router_model
+
+    run = {
+        "client": [0, 1, 0, 1, 0],
+        "sent_s": [0.0, 1.0, 2.0, 2.01, 4.0],
+        # request 2 takes 200 ms to reach its server: request 3 was chosen inside that window
+        "shim_in_s": [0.002, 1.002, 2.2, 2.02, 4.002],
+        "shim_out_s": [0.5, 1.5, 2.7, 2.5, 4.5],
+        # request 1's answer is still on its way back (1.5 -> 1.52) when nothing else is chosen
+        "answered_s": [0.51, 1.52, 2.71, 2.51, 4.51],
+    }
+    assert router_model.close_calls(run) == [2, 3]
+    # request 4 chosen while request 3's answer went back through the router: a close call
+    late = dict(
+        run,
+        sent_s=[0.0, 1.0, 2.0, 2.01, 2.505],
+        shim_in_s=[0.002, 1.002, 2.2, 2.02, 2.507],
+        shim_out_s=[0.5, 1.5, 2.29, 2.5, 3.0],
+        answered_s=[0.51, 1.52, 2.3, 2.51, 3.01],
+    )
+    assert router_model.close_calls(late) == [2, 3, 4]
+    # the same times from one client: nothing is uncertain
+    assert router_model.close_calls(dict(late, client=[0] * 5)) == []
+    # the old test on arrival times alone (10 ms) misses the 200 ms swap entirely
+    assert 2 not in rr.close_calls(run)

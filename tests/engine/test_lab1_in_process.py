@@ -1,7 +1,9 @@
 """Lab 1's in-process path (what a GPU reader's notebook runs: vLLM imported in its own Python),
 executed on vLLM's CPU build: the engine environment's Python calls ``runs.run_job(...,
 in_process=True)``, the very function the notebook calls, with one small ``lab1`` job (about 30 s
-on two cores). The job's engine is stopped before it returns; its processes are gone after."""
+on two cores). The job's engine is stopped before it returns; its processes are gone after (an
+engine process that has exited but is not yet reaped by its parent counts as gone: psutil cannot
+read a zombie's command line, which once failed this test on a loaded machine)."""
 
 from __future__ import annotations
 
@@ -23,11 +25,15 @@ DRIVER = textwrap.dedent(
     if __name__ == "__main__":
         params = json.loads(sys.argv[1])
         out = runs.run_job("lab1", params, in_process=True, timeout_s=300)
-        left = [
-            p.pid
-            for p in psutil.Process().children(recursive=True)
-            if "EngineCore" in " ".join([p.name(), *p.cmdline()])
-        ]
+        def engine_core(p):  # a live engine process; an exited one not yet reaped is gone
+            try:
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    return False
+                return "EngineCor" in " ".join([p.name(), *p.cmdline()])
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                return False
+
+        left = [p.pid for p in psutil.Process().children(recursive=True) if engine_core(p)]
         import os
 
         env = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
