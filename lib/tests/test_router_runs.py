@@ -118,6 +118,7 @@ def test_close_calls_are_overlapping_windows():
     from kvlab.measure.prefix import router_model
 
     run = {
+        "policy": "cache_aware",
         "client": [0, 1, 0, 1, 0],
         "sent_s": [0.0, 1.0, 2.0, 2.01, 4.0],
         # request 2 takes 200 ms to reach its server: request 3 was chosen inside that window
@@ -136,6 +137,12 @@ def test_close_calls_are_overlapping_windows():
         answered_s=[0.51, 1.52, 2.3, 2.51, 3.01],
     )
     assert router_model.close_calls(late) == [2, 3, 4]
+    # ... but only where the choice read the load: not on a match, nor for round-robin
+    assert router_model.close_calls(late, ["low_match", "match", "match", "match", "match"]) == [
+        2,
+        3,
+    ]
+    assert router_model.close_calls(dict(late, policy="round_robin")) == [2, 3]
     # the same times from one client: nothing is uncertain
     assert router_model.close_calls(dict(late, client=[0] * 5)) == []
     # the old test on arrival times alone (10 ms) misses the 200 ms swap entirely
