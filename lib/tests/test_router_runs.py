@@ -147,3 +147,10 @@ def test_close_calls_are_overlapping_windows():
     assert router_model.close_calls(dict(late, client=[0] * 5)) == []
     # the old test on arrival times alone (10 ms) misses the 200 ms swap entirely
     assert 2 not in rr.close_calls(run)
+
+
+def test_load_choices_are_the_low_match_requests_not_close_calls():
+    from kvlab.measure.prefix import router_model
+
+    summary = {"branch": ["low_match", "match", "low_match", "match_tie"], "close_calls": [2, 3]}
+    assert router_model.load_choices(summary) == ([0, 2], [0])

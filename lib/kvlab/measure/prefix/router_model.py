@@ -76,6 +76,15 @@ def close_calls(
     ]
 
 
+def load_choices(summary: dict) -> tuple[list[int], list[int]]:
+    """The requests of a :func:`summarize` result whose choice read the load (a branch in
+    :data:`LOAD_BRANCHES` in the replay), and those of them the record pins down (not close
+    calls). With a few clients these few choices decide the split: each places a new prefix."""
+    close = set(summary["close_calls"])
+    low = [i for i, b in enumerate(summary["branch"]) if b in LOAD_BRANCHES]
+    return low, [i for i in low if i not in close]
+
+
 def choice_view(run: dict) -> dict:
     """The record as the router's choices saw it: each request's arrival is its sending time."""
     return dict(run, shim_in_s=list(run["sent_s"]))
