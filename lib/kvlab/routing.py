@@ -40,7 +40,7 @@ each one needs (see :data:`SIGNALS`):
   replica (the first tenant of the deepest matched node, an arbitrary but fixed order per node),
   else to the healthy replica with the fewest live requests, ties to the lowest index (Rust's
   ``min_by_key`` keeps the first minimum). That low-match branch picked the smallest tree until
-  sglang PR 14650 (merged 2025-12-08, sgl-model-gateway 0.3.0 on); PR 33138 (2026) later breaks
+  sglang PR 14650 (merged 2025-12-08; in the pinned 0.3.2); PR 33138 (2026) later breaks
   that tie at random, not modelled here. Its tree is its own record of
   what it routed where, pruned LRU (the caller's ``view="stale"`` record).
 - ``dynamo``: NVIDIA Dynamo's KV router: the lowest cost
@@ -326,7 +326,7 @@ class SGLangRouter(Router):
     """SGLang's cache-aware rule (see the module docstring). ``loads``: live request counts;
     ``node``: the deepest matched entry (its key fixes the order in which tied replicas are
     tried). ``tree_tokens`` (each replica's part of the router's tree) is accepted and ignored:
-    the low-match branch reads the live load since sgl-model-gateway 0.3.0."""
+    the low-match branch reads the live load since sglang PR 14650."""
 
     policy = "sglang"
 
