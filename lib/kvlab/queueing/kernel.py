@@ -1,5 +1,5 @@
 """The timed simulator's run as one compiled loop over arrays: the same events, in the same order,
-with the same arithmetic as :func:`kvlab.queueing.simulator.simulate`'s reference loop (its
+with the same arithmetic as the reference loop of :mod:`kvlab.queueing.reference` (its
 :class:`~kvlab.queueing.replica._Replica` objects and ``OrderedDict`` caches), which it must match
 request for request and time for time. :mod:`kvlab.queueing.fast` decides when it is used and
 builds its inputs.

@@ -1,5 +1,6 @@
-"""The timed simulator's run (:func:`simulate`): arrivals in time order, routing at each arrival,
-the replicas' runs of steps in between; a replica joining or failing mid-run."""
+"""The timed simulator's run (:func:`simulate`): its arguments checked, the arrivals drawn, then
+the compiled loop (:mod:`~kvlab.queueing.fast`) when it covers the run, else the reference loop
+(:mod:`~kvlab.queueing.reference`), and the per-request result in arrival order."""
 
 from __future__ import annotations
 
