@@ -19,7 +19,7 @@ from .replica import _INF, _deepest, _match, _new_blocks, _Replica, _Sim
 
 def run(w, paths, cost, cap, rec_cap, max_batch, chunk, prefill_only, nxt, think, fixed_t,
         fixed_r, policy, replicas, router, make_router, sticky, view, load, n_routers, seed,
-        add_at, fail_at, fail_idx, age):  # fmt: skip
+        add_at, fail_at, fail_idx, age) -> dict:  # fmt: skip
     """Serve every request of ``w`` (the arguments as :func:`kvlab.queueing.simulate` checked
     them; ``router`` made by ``make_router(replicas)``). Returns the per-request lists (by request
     id) and per-replica figures :func:`kvlab.queueing.simulate` builds its result from."""
