@@ -1,10 +1,10 @@
 """When :func:`kvlab.queueing.simulate` takes the compiled loop (:mod:`kvlab.queueing.kernel`), and
 the loop's inputs: every request's cache path as dense entry ids, the choices of the routers that
-read neither cache nor load made in advance (the same router object, the same draws), the ring
-walks of ``bounded_ring`` per key.
+read neither cache nor load made in advance (the same router object, the same draws), the ring's
+points and each key's hash for ``bounded_ring``.
 
-The compiled loop covers one router replica with no replica joining or failing (the routing
-demo's, the explorers' and Problem 8's comparisons); the rest runs on the reference loop. Both give
+The compiled loop covers one router replica with no replica joining or failing (Problem 8's
+comparisons in time); the rest (router replicas, operations) runs on the reference loop. Both give
 the same results (``lib/tests/test_queueing_fast.py`` checks them against each other).
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..routing import stable_hash
 from . import kernel as kn
 
 #: Above this many replica x entry slots the loop's dense arrays get too big: use the reference.
@@ -59,18 +60,20 @@ def run(w, paths, router, policy, R, fixed_t, fixed_r, nxt, think, cost, cap, re
         return None
     code = _CODES[policy]
     prechosen = np.zeros(1, i64)
-    walk = np.zeros((1, 1), i64)
-    uid = np.zeros(1, i64)
+    khash = np.zeros(1, np.uint64)
+    points = np.zeros(1, np.uint64)
+    owners = np.zeros(1, i64)
     if code in kn.PRECHOSEN_BY_COUNT:  # the k-th arrival gets the router's k-th choice
         prechosen = np.ascontiguousarray(router.choose_many(np.zeros(n, i64)), dtype=i64)
     elif code == kn.STICKY:
         prechosen = np.ascontiguousarray(router.choose_many(np.asarray(w.key)), dtype=i64)
-    elif code == kn.BOUNDED_RING:
+    elif code == kn.BOUNDED_RING:  # the loop walks the ring from each key's point
+        ring = router.ring
         uk, inv = np.unique(np.asarray(w.key), return_inverse=True)
-        uid = inv.astype(i64).ravel()
-        walk = np.array([list(router.ring.walk(k)) for k in uk.tolist()], dtype=i64).reshape(
-            len(uk), R
-        )
+        hashes = [stable_hash(k, ring.seed) for k in uk.tolist()]
+        khash = np.array(hashes, dtype=np.uint64)[inv.ravel()]
+        points = np.array(ring._points, dtype=np.uint64)
+        owners = np.array(ring._owners, dtype=i64)
     rng = router.rng if code == kn.DYNAMO else np.random.default_rng(0)
     out = np.asarray(w.output_tokens, dtype=i64)
     dec = np.zeros(n, i64) if prefill_only else np.maximum(out - 1, 0)
@@ -114,8 +117,9 @@ def run(w, paths, router, policy, R, fixed_t, fixed_r, nxt, think, cost, cap, re
         np.ascontiguousarray(w.prompt_tokens, dtype=i64),
         dec,
         prechosen,
-        walk,
-        uid,
+        khash,
+        points,
+        owners,
         ukeys if code == kn.SGLANG else np.zeros(1, i64),
         seed,
         rng,

@@ -378,7 +378,7 @@ def _cut_growing_run(r, t, ri, rf):
 
 def _loop(
     policy, R, bs, cap, rec_cap, max_batch, chunk, kv, stale, outstanding, p, fixed_t, fixed_r,
-    nxt_turn, think, off, ent, blk, mh, prompt, dec, prechosen, walk, uid, ukeys, seed, rng, K,
+    nxt_turn, think, off, ent, blk, mh, prompt, dec, prechosen, khash, points, owners, ukeys, seed, rng, K,
     width,
 ):  # fmt: skip
     """Serve every request; returns (arrival, arrival order, start, first token, finish, hit
@@ -480,10 +480,20 @@ def _loop(
             for j in range(R):
                 tot += ri[j, NSYS]
             capl = math.ceil(p[LF] * (float(tot) + 1) / R)
+            # HashRing.walk from the key's point: an owner met again was already below no cap
+            h = khash[i]
+            lo_ = 0
+            hi_ = points.shape[0]
+            while lo_ < hi_:  # bisect_right
+                mid = (lo_ + hi_) // 2
+                if h < points[mid]:
+                    hi_ = mid
+                else:
+                    lo_ = mid + 1
             r = -1
-            u = uid[i]
-            for j in range(R):
-                c = walk[u, j]
+            npt = points.shape[0]
+            for j in range(npt):
+                c = owners[(lo_ + j) % npt]
                 if ri[c, NSYS] < capl:
                     r = c
                     break
