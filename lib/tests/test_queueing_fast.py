@@ -187,9 +187,18 @@ def test_simulate_takes_the_compiled_loop_when_it_covers_the_run(monkeypatch):
     ):
         queueing.simulate(w, "cache_aware", rate_rps=20.0, **kw)
     assert len(calls) == 3  # router replicas, a join, a failure: the reference
+    big = Paths(
+        4,
+        np.array([0, 1, 2]),
+        np.array([1, 2**63 + 5], dtype=np.uint64),
+        np.ones(2, np.int64),
+        np.zeros(2, np.int64),
+    )
+    queueing.simulate(FakeStream(big, [5, 5], [2, 2], [0, 1]), "sglang", rate_rps=1.0)
+    assert len(calls) == 4  # keys beyond int64: the reference
     monkeypatch.setattr(fast, "MAX_SLOTS", 0)  # dense arrays too big: the reference
     queueing.simulate(w, "sticky", rate_rps=20.0)
-    assert len(calls) == 4
+    assert len(calls) == 5
 
 
 def test_the_check_can_fail():

@@ -52,8 +52,10 @@ def run(w, paths, router, policy, R, fixed_t, fixed_r, nxt, think, cost, cap, re
         return None
     n = len(w)
     i64 = np.int64
-    keys = np.asarray(paths.keys, dtype=i64)
-    ukeys, ent = _dense(keys)
+    keys = np.asarray(paths.keys)
+    if keys.dtype.kind not in "iu" or (len(keys) and keys.dtype.kind == "u" and keys.max() >> 63):
+        return None  # the loop numbers entries by int64 keys (SGLang's order hashes the key)
+    ukeys, ent = _dense(keys.astype(i64))
     K = len(ukeys)
     width = max(1, min(max_batch, n))
     if R * K > MAX_SLOTS or R * width > MAX_HEAP_SLOTS:
