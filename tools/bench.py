@@ -1,11 +1,12 @@
 """Speed of the simulators (not a test): fleet's compiled kernels against its reference loops,
 pdsim's compiled loop against its event-by-event reference and the timed queueing simulator's
 compiled loop against its reference loop (requests simulated per second and the ratio, measured in
-the same run), simulated requests per second per policy and cache model, the routing demo's recompute time (all four policies at the defaults), and the routing
-explorer's grid (its stored compute time, one job timed now and the whole grid extrapolated;
-``--explorer-grid`` recomputes the whole grid on every core, into a temporary file); then the real
-engine's figures (vLLM, the engine environment of `make engine`): start-up, cold and cached TTFT,
-requests per second of a chat-stream replay, memory peak.
+the same run), simulated requests per second per policy and cache model, the routing demo's
+recompute time (all four policies at the defaults), and the routing explorer's grid (its stored
+compute time, one job timed now and the whole grid extrapolated; ``--explorer-grid`` recomputes
+the whole grid on every core, into a temporary file); then the real engine's figures (vLLM, the
+engine environment of `make engine`): start-up, cold and cached TTFT, requests per second of a
+chat-stream replay, memory peak.
 
 Usage: python tools/bench.py [--repeat N] [--explorer-grid] [--no-engine] [--simulators-only]
 """

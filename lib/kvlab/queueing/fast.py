@@ -42,8 +42,10 @@ def _dense(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return uniq, inv.astype(np.int64).ravel()
 
 
-def run(w, paths, router, policy, R, fixed_t, fixed_r, nxt, think, cost, cap, rec_cap,
-        max_batch, chunk, prefill_only, view, load, eps, lam, slack, seed) -> dict | None:  # fmt: skip
+def run(
+    w, paths, router, policy, R, fixed_t, fixed_r, nxt, think, cost, cap, rec_cap, max_batch,
+    chunk, prefill_only, view, load, eps, lam, slack, seed,
+) -> dict | None:  # fmt: skip
     """The compiled run, or None when it does not apply (numba missing, arrays too big).
     Returns (arrival, arrival order, start, first token, finish, hit tokens, replica) per request
     (the first two in arrival order for ``order``) and per replica (busy, prefill busy, area)."""

@@ -378,8 +378,8 @@ def _cut_growing_run(r, t, ri, rf):
 
 def _loop(
     policy, R, bs, cap, rec_cap, max_batch, chunk, kv, stale, outstanding, p, fixed_t, fixed_r,
-    nxt_turn, think, off, ent, blk, mh, prompt, dec, prechosen, khash, points, owners, ukeys, seed, rng, K,
-    width,
+    nxt_turn, think, off, ent, blk, mh, prompt, dec, prechosen, khash, points, owners, ukeys, seed,
+    rng, K, width,
 ):  # fmt: skip
     """Serve every request; returns (arrival, arrival order, start, first token, finish, hit
     tokens, replica) per request, the replicas' float columns and SGLang's branch counts."""
@@ -438,19 +438,19 @@ def _loop(
         ta = tf if tf <= tp else tp
         while True:  # every run of steps that ends before the next arrival
             e = _INF
-            ri_ = -1
+            first_r = -1
             for r in range(R):
                 if rf[r, END] < e:
                     e = rf[r, END]
-                    ri_ = r
+                    first_r = r
             if e >= ta:
                 break
             _finish_segment(
-                ri_, e, ri, rf, off, ent, blk, prompt, dec, first, finish, R, cap, cc, cp, cx,
+                first_r, e, ri, rf, off, ent, blk, prompt, dec, first, finish, R, cap, cc, cp, cx,
                 wn, dn, hs, hr, fc, fb, nxt_turn, think, ctl, pt, pr, track,
             )  # fmt: skip
             _start(
-                ri_, e, ri, rf, p, kv, chunk, max_batch, off, ent, blk, mh, prompt, dec, est,
+                first_r, e, ri, rf, p, kv, chunk, max_batch, off, ent, blk, mh, prompt, dec, est,
                 hit, start, R, bs, cc, qn, wn, dn, hs, hr,
             )  # fmt: skip
             if ctl[0] > 0 and pt[0] < ta:
