@@ -142,6 +142,7 @@ runs = st.fixed_dictionaries(
         "balance_abs": st.sampled_from([0, 2, 64]),
         "balance_rel": st.sampled_from([1.0, 1.5]),
         "overlap_weight": st.sampled_from([0.0, 1.0, 2.5]),
+        "router_replicas": st.sampled_from([1, 1, 2, 3]),
     }
 )
 
@@ -152,7 +153,7 @@ def test_compiled_loop_matches_reference(traffic, kw):
     w, arrivals = traffic
     bs = w.paths().block_size if isinstance(w, FakeStream) else 16
     args = dict(kw, block_size=bs, paths=w.paths(bs), **arrivals)
-    assert fast.covers(1, None, None)
+    assert fast.covers(None, None)
     assert_same(queueing.simulate(w, **args), queueing.simulate(w, _reference=True, **args))
 
 
@@ -179,14 +180,11 @@ def test_simulate_takes_the_compiled_loop_when_it_covers_the_run(monkeypatch):
 
     monkeypatch.setattr(reference, "run", spy)
     queueing.simulate(w, "dynamo", rate_rps=20.0)
-    assert not calls  # the compiled loop served it
-    for kw in (
-        dict(router_replicas=2),
-        dict(add_replica_at_s=5.0),
-        dict(fail_replica_at_s=5.0),
-    ):
+    queueing.simulate(w, "sglang", rate_rps=20.0, router_replicas=3)
+    assert not calls  # the compiled loop served them
+    for kw in (dict(add_replica_at_s=5.0), dict(fail_replica_at_s=5.0)):
         queueing.simulate(w, "cache_aware", rate_rps=20.0, **kw)
-    assert len(calls) == 3  # router replicas, a join, a failure: the reference
+    assert len(calls) == 2  # a join, a failure: the reference
     big = Paths(
         4,
         np.array([0, 1, 2]),
@@ -195,10 +193,10 @@ def test_simulate_takes_the_compiled_loop_when_it_covers_the_run(monkeypatch):
         np.zeros(2, np.int64),
     )
     queueing.simulate(FakeStream(big, [5, 5], [2, 2], [0, 1]), "sglang", rate_rps=1.0)
-    assert len(calls) == 4  # keys beyond int64: the reference
+    assert len(calls) == 3  # keys beyond int64: the reference
     monkeypatch.setattr(fast, "MAX_SLOTS", 0)  # dense arrays too big: the reference
     queueing.simulate(w, "sticky", rate_rps=20.0)
-    assert len(calls) == 5
+    assert len(calls) == 4
 
 
 def test_the_check_can_fail():

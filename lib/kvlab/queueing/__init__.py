@@ -72,9 +72,8 @@ from the start; such a request keeps its first arrival time, so its TTFT include
 
 How it is fast: events are taken in time order (the next arrival or the next end of a replica's
 run of steps), and a run of decode-only steps between two events is taken in one jump, cut short
-at the first step boundary after an arrival joins that replica. A run with one router replica and
-no replica joining or failing (every comparison of Problem 8) goes through a loop compiled with
-numba (:mod:`~kvlab.queueing.kernel`), which gives the same results as the reference loop
+at the first step boundary after an arrival joins that replica. A run with no replica joining or
+failing (every comparison of routers in Problem 8) goes through a loop compiled with numba (:mod:`~kvlab.queueing.kernel`), which gives the same results as the reference loop
 (:mod:`~kvlab.queueing.reference`, still used for the rest and reachable with
 ``simulate(..., _reference=True)``) many times faster (``tools/bench.py`` measures the ratio):
 100,000 chat requests on 8 replicas take a fraction of a second, a few seconds on the reference

@@ -3,8 +3,8 @@ the loop's inputs: every request's cache path as dense entry ids, the choices of
 read neither cache nor load made in advance (the same router object, the same draws), the ring's
 points and each key's hash for ``bounded_ring``.
 
-The compiled loop covers one router replica with no replica joining or failing (Problem 8's
-comparisons in time); the rest (router replicas, operations) runs on the reference loop. Both give
+The compiled loop covers runs with no replica joining or failing (Problem 8's comparisons in
+time, router replicas included); operations (a join, a failure) run on the reference loop. Both give
 the same results (``lib/tests/test_queueing_fast.py`` checks them against each other).
 """
 
@@ -31,9 +31,9 @@ _CODES = {
 }
 
 
-def covers(router_replicas: int, add_replica_at_s, fail_replica_at_s) -> bool:
-    """Whether the compiled loop serves this run (one router replica, no join, no failure)."""
-    return router_replicas == 1 and add_replica_at_s is None and fail_replica_at_s is None
+def covers(add_replica_at_s, fail_replica_at_s) -> bool:
+    """Whether the compiled loop serves this run (no replica joining or failing)."""
+    return add_replica_at_s is None and fail_replica_at_s is None
 
 
 def _dense(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -44,7 +44,7 @@ def _dense(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def run(
     w, paths, router, policy, R, fixed_t, fixed_r, nxt, think, cost, cap, rec_cap, max_batch,
-    chunk, prefill_only, view, load, eps, lam, slack, seed,
+    chunk, prefill_only, view, load, eps, lam, slack, seed, n_routers,
 ) -> dict | None:  # fmt: skip
     """The compiled run, or None when it does not apply (numba missing, arrays too big).
     Returns (arrival, arrival order, start, first token, finish, hit tokens, replica) per request
@@ -60,7 +60,7 @@ def run(
     ukeys, ent = _dense(keys.astype(i64))
     K = len(ukeys)
     width = max(1, min(max_batch, n))
-    if R * K > MAX_SLOTS or R * width > MAX_HEAP_SLOTS:
+    if n_routers * R * K > MAX_SLOTS or R * width > MAX_HEAP_SLOTS:
         return None
     code = _CODES[policy]
     prechosen = np.zeros(1, i64)
@@ -79,6 +79,11 @@ def run(
         points = np.array(ring._points, dtype=np.uint64)
         owners = np.array(ring._owners, dtype=i64)
     rng = router.rng if code == kn.DYNAMO else np.random.default_rng(0)
+    router_of = (  # as the reference draws each request's router replica
+        np.random.default_rng([seed, 7_177]).integers(0, n_routers, n).astype(i64)
+        if n_routers > 1
+        else np.zeros(1, i64)
+    )
     out = np.asarray(w.output_tokens, dtype=i64)
     dec = np.zeros(n, i64) if prefill_only else np.maximum(out - 1, 0)
     p = np.zeros(kn.NP)
@@ -129,6 +134,8 @@ def run(
         rng,
         K,
         width,
+        n_routers,
+        router_of,
     )
     if code == kn.SGLANG:
         for name, c in zip(("imbalanced", "match", "low_match"), branches.tolist(), strict=True):

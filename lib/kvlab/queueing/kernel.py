@@ -45,7 +45,7 @@ PRECHOSEN_BY_COUNT = (RANDOM, ROUND_ROBIN)
 
 # ri columns (ints per replica)
 QH, QT, LEFT, STARTED, OUT, ASG, ACT, STEPS, SEGN, SEGDEC = range(10)
-DH, DT, WH, WT, RUNN, USED, KUSED, NSYS, CTX, LH, LT, KH, KT = range(10, 23)
+DH, DT, WH, WT, RUNN, USED, KUSED, NSYS, CTX, LH, LT, KH, KT = range(10, 23)  # K*: records
 NI = 23
 # rf columns (floats per replica)
 END, SEGS, SEGD, SEGG, BUSY, PBUSY, AREA, LAST = range(8)
@@ -90,42 +90,43 @@ def _push_back(node, r, prv, nxt, ri, hcol, tcol):
     ri[r, tcol] = node
 
 
-def _touch(a, b, ent, blk, R, r, cnt, prv, nxt, ri, hcol, tcol, used, cap):
+def _touch(a, b, ent, blk, R, r, base, cnt, prv, nxt, ri, row, hcol, tcol, used, cap):
     """fleet._touch: the path's entries as most recent, deepest first; evict down to ``cap``
-    (a victim bigger than the excess keeps its shallow blocks and stays least recent)."""
+    (a victim bigger than the excess keeps its shallow blocks and stays least recent). Nodes are
+    ``base`` + entry x R + ``r``; the list's head and tail are ``ri[row, hcol]``, ``ri[row, tcol]``."""
     for j in range(b - 1, a - 1, -1):
-        node = ent[j] * R + r
+        node = base + ent[j] * R + r
         nb = blk[j]
         old = cnt[node]
         if old == 0:
             if nb > 0:
                 used += nb
                 cnt[node] = nb
-                _push_back(node, r, prv, nxt, ri, hcol, tcol)
+                _push_back(node, row, prv, nxt, ri, hcol, tcol)
         else:
             if nb > old:
                 used += nb - old
                 cnt[node] = nb
-            _unlink(node, r, prv, nxt, ri, hcol, tcol)
-            _push_back(node, r, prv, nxt, ri, hcol, tcol)
+            _unlink(node, row, prv, nxt, ri, hcol, tcol)
+            _push_back(node, row, prv, nxt, ri, hcol, tcol)
     while used > cap:
-        node = ri[r, hcol]
+        node = ri[row, hcol]
         nb = cnt[node]
         excess = used - cap
         if nb > excess:
             cnt[node] = nb - excess
             return cap
-        _unlink(node, r, prv, nxt, ri, hcol, tcol)
+        _unlink(node, row, prv, nxt, ri, hcol, tcol)
         cnt[node] = 0
         used -= nb
     return used
 
 
-def _match(a, b, ent, blk, mh, R, r, cnt):
+def _match(a, b, ent, blk, mh, R, r, base, cnt):
     """Blocks of the path found in the cache ``cnt`` of replica ``r``, capped at ``mh``."""
     x = 0
     for j in range(a, b):
-        c = cnt[ent[j] * R + r]
+        c = cnt[base + ent[j] * R + r]
         nb = blk[j]
         if c >= nb:
             x += nb
@@ -135,11 +136,11 @@ def _match(a, b, ent, blk, mh, R, r, cnt):
     return x if x < mh else mh
 
 
-def _deepest(a, b, ent, blk, R, r, cnt):
+def _deepest(a, b, ent, blk, R, r, base, cnt):
     """Entry id of the deepest entry of the path found in the cache (-1 if none)."""
     node = -1
     for j in range(a, b):
-        c = cnt[ent[j] * R + r]
+        c = cnt[base + ent[j] * R + r]
         if c:
             node = ent[j]
         if c < blk[j]:
@@ -212,7 +213,7 @@ def _done(r, rid, t, ri, rf, off, ent, R, fc, fb, finish, nxt_turn, think, ctl, 
 
 
 def _begin_prefill(r, rid, now, ri, off, ent, blk, mh, prompt, est, hit, start, R, bs, cc):
-    h = _match(off[rid], off[rid + 1], ent, blk, mh[rid], R, r, cc) * bs
+    h = _match(off[rid], off[rid + 1], ent, blk, mh[rid], R, r, 0, cc) * bs
     left = prompt[rid] - h
     hit[rid] = h
     start[rid] = now
@@ -337,7 +338,7 @@ def _finish_segment(
         nxt = dn[rid]
         first[rid] = t
         ri[r, USED] = _touch(
-            off[rid], off[rid + 1], ent, blk, R, r, cc, cp, cx, ri, LH, LT, ri[r, USED], cap
+            off[rid], off[rid + 1], ent, blk, R, r, 0, cc, cp, cx, ri, r, LH, LT, ri[r, USED], cap
         )
         if dec[rid] > 0:
             wn[rid] = -1
@@ -379,7 +380,7 @@ def _cut_growing_run(r, t, ri, rf):
 def _loop(
     policy, R, bs, cap, rec_cap, max_batch, chunk, kv, stale, outstanding, p, fixed_t, fixed_r,
     nxt_turn, think, off, ent, blk, mh, prompt, dec, prechosen, khash, points, owners, ukeys, seed,
-    rng, K, width,
+    rng, K, width, n_routers, router_of,
 ):  # fmt: skip
     """Serve every request; returns (arrival, arrival order, start, first token, finish, hit
     tokens, replica) per request, the replicas' float columns and SGLang's branch counts."""
@@ -400,7 +401,7 @@ def _loop(
     pr = np.zeros(n, np.int64)
     ctl = np.zeros(1, np.int64)
     ri = np.zeros((R, NI), np.int64)
-    for col in (QH, QT, DH, DT, WH, WT, LH, LT, KH, KT):
+    for col in (QH, QT, DH, DT, WH, WT, LH, LT):
         ri[:, col] = -1
     rf = np.zeros((R, NF))
     rf[:, END] = _INF
@@ -414,7 +415,11 @@ def _loop(
     cx = np.zeros(size, np.int64)
     uses_cache = policy == CACHE_AWARE or policy == SGLANG or policy == DYNAMO
     rec = uses_cache and stale
-    ksz = size if rec else 1
+    # the stale records: one per router replica (each knows only what it routed), per replica
+    ksz = n_routers * size if rec else 1
+    rk = np.zeros((n_routers * R if rec else 1, NI), np.int64)
+    rk[:, KH] = -1
+    rk[:, KT] = -1
     kc = np.zeros(ksz, np.int64)
     kp = np.zeros(ksz, np.int64)
     kx = np.zeros(ksz, np.int64)
@@ -470,6 +475,8 @@ def _loop(
         a = off[i]
         b = off[i + 1]
         mhi = mh[i]
+        g = router_of[i] if n_routers > 1 else 0  # the router replica that receives it
+        kbase = g * size
         # -- routing: the reference's router, on the same numbers
         if policy == RANDOM or policy == ROUND_ROBIN:
             r = prechosen[arrived]
@@ -505,9 +512,9 @@ def _loop(
         else:
             for j in range(R):
                 if rec:
-                    m[j] = _match(a, b, ent, blk, mhi, R, j, kc) * bs
+                    m[j] = _match(a, b, ent, blk, mhi, R, j, kbase, kc) * bs
                 else:
-                    m[j] = _match(a, b, ent, blk, mhi, R, j, cc) * bs
+                    m[j] = _match(a, b, ent, blk, mhi, R, j, 0, cc) * bs
             if policy == CACHE_AWARE:
                 tot = 0
                 for j in range(R):
@@ -557,9 +564,9 @@ def _loop(
                             r = bi
                         else:
                             if rec:
-                                node = _deepest(a, b, ent, blk, R, bi, kc)
+                                node = _deepest(a, b, ent, blk, R, bi, kbase, kc)
                             else:
-                                node = _deepest(a, b, ent, blk, R, bi, cc)
+                                node = _deepest(a, b, ent, blk, R, bi, 0, cc)
                             if not ranked[node]:
                                 nk = ukeys[node]
                                 with numba_objmode(row="uint64[:]"):
@@ -609,11 +616,13 @@ def _loop(
                                 break
                             pick -= 1
             if rec:
-                ri[r, KUSED] = _touch(
-                    a, b, ent, blk, R, r, kc, kp, kx, ri, KH, KT, ri[r, KUSED], rec_cap
-                )
+                krow = g * R + r
+                rk[krow, KUSED] = _touch(
+                    a, b, ent, blk, R, r, kbase, kc, kp, kx, rk, krow, KH, KT, rk[krow, KUSED],
+                    rec_cap,
+                )  # fmt: skip
         choice[i] = r
-        e_tok = prompt[i] - _match(a, b, ent, blk, mhi, R, r, cc) * bs
+        e_tok = prompt[i] - _match(a, b, ent, blk, mhi, R, r, 0, cc) * bs
         est[i] = e_tok
         # -- _Replica.add
         _count(r, t, 1, ri, rf)

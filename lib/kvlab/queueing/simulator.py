@@ -82,7 +82,7 @@ def simulate(
     before this time (s), the same window for every policy. A closed loop's statistics stop at
     the last session's start (the load drains away after it). ``paths``: a precomputed ``w.paths(block_size)``.
 
-    One router replica and no join or failure run on a compiled loop
+    A run with no replica joining or failing runs on a compiled loop
     (:mod:`~kvlab.queueing.kernel`), the rest on the reference loop
     (:mod:`~kvlab.queueing.reference`); ``_reference=True`` forces the reference (same results).
     """
@@ -170,10 +170,10 @@ def simulate(
     router = make_router(R)
     t0 = float(fixed_t[0])
     out = None
-    if not _reference and fast.covers(n_routers, add_replica_at_s, fail_replica_at_s):
+    if not _reference and fast.covers(add_replica_at_s, fail_replica_at_s):
         out = fast.run(w, paths, router, policy, R, fixed_t, fixed_r, nxt, think, cost, cap,
                        rec_cap, max_batch, chunk, prefill_only, view, load, eps, lam, slack,
-                       seed)  # fmt: skip
+                       seed, n_routers)  # fmt: skip
         if out is not None:
             out.update(online_s=np.full(R, t0), replicas=R, retried=0, resent=None,
                        keys_moved=None, router=router)  # fmt: skip
