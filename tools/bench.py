@@ -1,11 +1,12 @@
-"""Speed of the simulators (not a test): fleet's compiled kernels against its reference loops and
-pdsim's compiled loop against its event-by-event reference (requests simulated per second and the
-ratio, measured in the same run), the timed queueing simulator's requests per second, simulated requests per
-second per policy and cache model, the routing demo's recompute time (all four policies at the defaults), and the routing
-explorer's grid (its stored compute time, one job timed now and the whole grid extrapolated;
-``--explorer-grid`` recomputes the whole grid on every core, into a temporary file); then the real
-engine's figures (vLLM, the engine environment of `make engine`): start-up, cold and cached TTFT,
-requests per second of a chat-stream replay, memory peak.
+"""Speed of the simulators (not a test): fleet's compiled kernels against its reference loops,
+pdsim's compiled loop against its event-by-event reference and the timed queueing simulator's
+compiled loop against its reference loop (requests simulated per second and the ratio, measured in
+the same run), simulated requests per second per policy and cache model, the routing demo's
+recompute time (all four policies at the defaults), and the routing explorer's grid (its stored
+compute time, one job timed now and the whole grid extrapolated; ``--explorer-grid`` recomputes
+the whole grid on every core, into a temporary file); then the real engine's figures (vLLM, the
+engine environment of `make engine`): start-up, cold and cached TTFT, requests per second of a
+chat-stream replay, memory peak.
 
 Usage: python tools/bench.py [--repeat N] [--explorer-grid] [--no-engine] [--simulators-only]
 """
@@ -127,22 +128,37 @@ def pdsim_fast_vs_reference(repeat: int) -> None:
     print(f"  all {len(cases)} runs: {tr / tf:.1f}x faster ({tf:.3f} s vs {tr:.3f} s CPU)")
 
 
-def queueing_speed(repeat: int) -> None:
-    """The timed queueing simulator's requests per second (it has no compiled path yet: the
-    simulator is its own reference)."""
+def queueing_fast_vs_reference(repeat: int) -> None:
+    """queueing.simulate's compiled loop against the kept reference loop, in this run: Problem 8's
+    comparison in time (p08-07: closed-loop chats at 20 requests/s on 8 replicas, every router of
+    queueing.ROUTERS), the book's calibration with a roomy cache and the measured one with a tight
+    cache."""
     from kvlab import queueing
 
     w = queueing.ChatSessions(requests=20_000)
     paths = w.paths(16)
+    t0 = time.perf_counter()
+    queueing.simulate(w, rate_rps=20.0, paths=paths)  # compile (or load the compiled loop)
+    first = time.perf_counter() - t0
     print(
-        f"queueing.simulate (no compiled path: it is its own reference), {len(w):,} closed-loop "
-        f"chat requests, 8 replicas, 20 requests/s, best CPU time of {repeat}:"
+        f"queueing.simulate, compiled loop vs reference (kvlab.queueing.reference), {len(w):,} "
+        f"closed-loop chat requests, 8 replicas, 20 requests/s, best CPU time of {repeat}; "
+        f"first call (compile or load) {first:.2f} s"
     )
-    for p in routing.ALL_POLICIES:
-        s = cpu_best_of(
-            lambda p=p: queueing.simulate(w, policy=p, rate_rps=20.0, paths=paths), repeat
-        )
-        print(f"  {p:14s} {len(w) / s:10,.0f} requests/s")
+    print(f"  {'setting':24s} {'router':18s} {'fast req/s':>12s} {'reference':>12s} {'ratio':>7s}")
+    tf = tr = 0.0
+    runs = 0
+    for cost, cache in (("book", 400_000), ("measured", 50_000)):
+        for name, kw in queueing.ROUTERS.items():
+            kw = dict(kw, rate_rps=20.0, paths=paths, cost=cost, cache_tokens=cache)
+            f = cpu_best_of(lambda kw=kw: queueing.simulate(w, **kw), repeat)
+            r = cpu_best_of(lambda kw=kw: queueing.simulate(w, _reference=True, **kw), repeat)
+            tf, tr, runs = tf + f, tr + r, runs + 1
+            print(
+                f"  {cost + ', C=' + format(cache, ','):24s} {name:18s} {len(w) / f:12,.0f} "
+                f"{len(w) / r:12,.0f} {r / f:6.1f}x"
+            )
+    print(f"  all {runs} runs: {tr / tf:.1f}x faster ({tf:.3f} s vs {tr:.3f} s CPU)")
 
 
 def explorer_bench(full: bool) -> None:
@@ -212,12 +228,12 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--simulators-only",
         action="store_true",
-        help="only the simulators against their references (fleet, pdsim) and queueing's speed",
+        help="only the simulators against their references (fleet, pdsim, queueing)",
     )
     args = ap.parse_args(argv)
     fleet_fast_vs_reference(args.repeat)
     pdsim_fast_vs_reference(args.repeat)
-    queueing_speed(args.repeat)
+    queueing_fast_vs_reference(args.repeat)
     if args.simulators_only:
         return 0
     w = workload.ChatWorkload()

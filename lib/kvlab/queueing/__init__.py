@@ -72,12 +72,19 @@ from the start; such a request keeps its first arrival time, so its TTFT include
 
 How it is fast: events are taken in time order (the next arrival or the next end of a replica's
 run of steps), and a run of decode-only steps between two events is taken in one jump, cut short
-at the first step boundary after an arrival joins that replica. 100,000 chat requests on 8
-replicas take a few seconds (:func:`bench`).
+at the first step boundary after an arrival joins that replica. A run with no replica joining or
+failing (every comparison of routers in Problem 8) goes through a loop compiled with numba (:mod:`~kvlab.queueing.kernel`), which gives the same results as the reference loop
+(:mod:`~kvlab.queueing.reference`, still used for the rest and reachable with
+``simulate(..., _reference=True)``) many times faster (``tools/bench.py`` measures the ratio):
+100,000 chat requests on 8 replicas take a fraction of a second, a few seconds on the reference
+(:func:`bench`).
 
 Modules: :mod:`~kvlab.queueing.traffic` (chat sessions, independent requests, arrival times),
 :mod:`~kvlab.queueing.replica` (one replica's queues, batch, cache and steps),
-:mod:`~kvlab.queueing.simulator` (the run and its routing), :mod:`~kvlab.queueing.result`,
+:mod:`~kvlab.queueing.simulator` (the run: checks, then one of two loops, the result),
+:mod:`~kvlab.queueing.reference` (the reference loop and its routing),
+:mod:`~kvlab.queueing.fast` and :mod:`~kvlab.queueing.kernel` (the compiled loop: when it applies,
+its inputs; the loop), :mod:`~kvlab.queueing.result`,
 :mod:`~kvlab.queueing.compare` (routers over seeds, operations in time, :func:`bench`),
 :mod:`~kvlab.queueing.mg1`.
 """

@@ -1,11 +1,8 @@
-"""The timed simulator's run (:func:`simulate`): arrivals in time order, routing at each arrival,
-the replicas' runs of steps in between; a replica joining or failing mid-run."""
+"""The timed simulator's run (:func:`simulate`): its arguments checked, the arrivals drawn, then
+the compiled loop (:mod:`~kvlab.queueing.fast`) when it covers the run, else the reference loop
+(:mod:`~kvlab.queueing.reference`), and the per-request result in arrival order."""
 
 from __future__ import annotations
-
-import heapq
-import math
-from collections import OrderedDict
 
 import numpy as np
 
@@ -13,8 +10,8 @@ from .. import routing
 from .._validate import check_choice, check_int, non_negative, positive
 from ..assumptions import CostModel
 from ..costs import BOOK, as_costs
-from ..fleet import _touch
-from .replica import _INF, _deepest, _match, _new_blocks, _Replica, _Sim
+from . import fast, reference
+from .replica import _INF
 from .result import QueueResult
 from .traffic import _open_arrivals, _session_starts
 
@@ -55,6 +52,7 @@ def simulate(
     balance_abs: float = 64,
     balance_rel: float = 1.5,
     overlap_weight: float = 1.0,
+    _reference: bool = False,
 ) -> QueueResult:
     """Serve every request of ``w`` (ChatSessions, ChatWorkload, Trace, IndependentRequests) in time.
 
@@ -83,6 +81,10 @@ def simulate(
     requests in arrival order (they still run); ``warmup_s``: instead, skip those that arrive
     before this time (s), the same window for every policy. A closed loop's statistics stop at
     the last session's start (the load drains away after it). ``paths``: a precomputed ``w.paths(block_size)``.
+
+    A run with no replica joining or failing runs on a compiled loop
+    (:mod:`~kvlab.queueing.kernel`), the rest on the reference loop
+    (:mod:`~kvlab.queueing.reference`); ``_reference=True`` forces the reference (same results).
     """
     check_choice("policy", policy, set(routing.ALL_POLICIES))
     R = check_int("replicas", replicas, lo=1, hi=4096)
@@ -137,14 +139,14 @@ def simulate(
     elif paths.block_size != bs:
         raise ValueError(f"paths were built for block_size {paths.block_size}, got {block_size}")
 
-    sim = _Sim(w, paths, cost, cap, max_batch, chunk, bool(prefill_only))
+    n_routers = check_int("router_replicas", router_replicas, lo=1, hi=1024)
+    nxt = think = None
     if closed:
         pred = np.asarray(w.predecessor, dtype=np.int64)
         nxt = np.full(n, -1, dtype=np.int64)
         has = pred >= 0
         nxt[pred[has]] = np.flatnonzero(has)
-        sim.nxt = nxt.tolist()
-        sim.think = (np.asarray(w.think_s, dtype=float) / speedup).tolist()
+        think = np.asarray(w.think_s, dtype=float) / speedup
 
     def make_router(n: int):
         return routing.make_router(
@@ -167,150 +169,26 @@ def simulate(
 
     router = make_router(R)
     t0 = float(fixed_t[0])
-    ends = sim.ends
-    reps = []
-    for r in range(R):
-        ends.append(_INF)
-        reps.append(_Replica(sim, r, t0))
-    signals = routing.SIGNALS[policy]
-    uses_cache = "matched_tokens" in signals
-    stale = view == "stale"
-    # one record per router replica (each knows only what it routed), each per replica
-    n_routers = check_int("router_replicas", router_replicas, lo=1, hi=1024)
-    known_sets: list[list[OrderedDict]] = [
-        [OrderedDict() for _ in range(R)] for _ in range(n_routers)
-    ]
-    used_sets: list[list[int]] = [[0] * R for _ in range(n_routers)]
-    known, known_used = known_sets[0], used_sets[0]
-    router_of = (
-        np.random.default_rng([seed, 7_177]).integers(0, n_routers, n).tolist()
-        if n_routers > 1
-        else None
-    )
-    # the replicas the router can choose, in its index order (real indices into reps)
-    live = list(range(R))
-    lreps = list(reps)
-    lknown = list(known)
-    retried: set = set()
-    n_retried = 0
-    resent = np.zeros(n, dtype=bool)
-    outstanding = load == "outstanding"
-    keys = np.asarray(w.key).tolist()
-    choice = [0] * n
-    arrival = [math.nan] * n
-    order: list[int] = []
-    seen_keys: dict = {}
-    keys_moved = None
-    ks_l, ns_l, mh_l, est_l, prompt_l = sim.ks, sim.ns, sim.mh, sim.est, sim.prompt
-    pending = sim.pending
-    ptr, nf = 0, len(fixed_t)
-    while True:
-        tf = fixed_t[ptr] if ptr < nf else _INF
-        tp = pending[0][0] if pending else _INF
-        ta = tf if tf <= tp else tp
-        while True:  # every run of steps that ends before the next arrival
-            e = min(ends)
-            if e >= ta:
-                break
-            reps[ends.index(e)].step()
-            if pending and pending[0][0] < ta:
-                tp = ta = pending[0][0]
-        if ta == _INF:
-            break
-        if tf <= tp:
-            i = fixed_r[ptr]
-            ptr += 1
-        else:
-            i = heapq.heappop(pending)[1]
-        t = ta
-        if i in retried:  # sent again after a failure: keeps its first arrival
-            retried.discard(i)
-        else:
-            arrival[i] = t
-            order.append(i)
-        if t >= add_at:
-            add_at = _INF
-            if age is not None and t > t0:
-                scale = max(age / (t - t0), 1.0)
-                for rp_old in reps:
-                    rp_old.assigned = int(rp_old.assigned * scale)
-            ends.append(_INF)
-            live.append(len(reps))
-            reps.append(_Replica(sim, len(reps), t))
-            for kset, uset in zip(known_sets, used_sets, strict=True):
-                kset.append(OrderedDict())
-                uset.append(0)
-            new = _grow(router, policy, sticky, R + 1, make_router)
-            if policy == "sticky":
-                moved = sum(router.choose(k) != new.choose(k) for k in seen_keys)
-                keys_moved = moved / max(len(seen_keys), 1)
-            router, R = new, R + 1
-            lreps = [reps[j] for j in live]
-            lknown = [known[j] for j in live]
-        if t >= fail_at:
-            fail_at = _INF
-            gone = live.index(fail_idx)
-            live.pop(gone)
-            router, R = _shrink(router, policy, sticky, gone, R - 1, make_router), R - 1
-            lreps = [reps[j] for j in live]
-            lknown = [known[j] for j in live]
-            for rid in reps[fail_idx].fail(t):
-                retried.add(rid)
-                resent[rid] = True
-                n_retried += 1
-                heapq.heappush(pending, (t, rid))
-        key = keys[i]
-        ks, ns, mh = ks_l[i], ns_l[i], mh_l[i]
-        if uses_cache:
-            if router_of is not None:  # the router replica that receives this request
-                known, known_used = known_sets[router_of[i]], used_sets[router_of[i]]
-                lknown = [known[j] for j in live]
-            src = lknown if stale else [rp.cache for rp in lreps]
-            m = [_match(od, ks, ns, mh) * sim.bs for od in src]
-            if policy == "cache_aware":
-                loads = (
-                    [rp.out_tokens for rp in lreps]
-                    if outstanding
-                    else [rp.assigned for rp in lreps]
-                )
-                r = live[router.choose(key, m, loads)]
-            elif policy == "sglang":
-                best = max(range(R), key=m.__getitem__)
-                tree = [known_used[j] for j in live] if stale else [rp.used for rp in lreps]
-                r = live[
-                    router.choose(
-                        key,
-                        m,
-                        [rp.n_sys for rp in lreps],
-                        prompt_l[i],
-                        [u * sim.bs for u in tree],
-                        _deepest(src[best], ks, ns),
-                    )
-                ]
-            else:  # dynamo
-                act = [(rp.active + _new_blocks(rp.inflight, ks, ns)) * sim.bs for rp in lreps]
-                r = live[router.choose(key, m, [rp.out_tokens for rp in lreps], prompt_l[i], act)]
-            if stale:
-                known_used[r] = _touch(known[r], ks, ns, known_used[r], rec_cap)
-        elif policy == "bounded_ring":
-            r = live[router.choose(key, None, [rp.n_sys for rp in lreps])]
-        else:
-            r = live[router.choose(key)]
-        rp = reps[r]
-        if policy == "sticky":
-            seen_keys[key] = None
-        choice[i] = r
-        est = prompt_l[i] - _match(rp.cache, ks, ns, mh) * sim.bs
-        est_l[i] = est
-        rp.add(i, est, t)
-
+    out = None
+    if not _reference and fast.covers(add_replica_at_s, fail_replica_at_s):
+        out = fast.run(w, paths, router, policy, R, fixed_t, fixed_r, nxt, think, cost, cap,
+                       rec_cap, max_batch, chunk, prefill_only, view, load, eps, lam, slack,
+                       seed, n_routers)  # fmt: skip
+        if out is not None:
+            out.update(online_s=np.full(R, t0), replicas=R, retried=0, resent=None,
+                       keys_moved=None, router=router)  # fmt: skip
+    if out is None:
+        out = reference.run(w, paths, cost, cap, rec_cap, max_batch, chunk, prefill_only, nxt,
+                            think, fixed_t, fixed_r, policy, R, router, make_router, sticky, view,
+                            load, n_routers, seed, add_at, fail_at, fail_idx, age)  # fmt: skip
+    order, arrival, router = out["order"], out["arrival"], out["router"]
     perm = np.asarray(order, dtype=np.int64)
     if len(perm) != n:  # pragma: no cover - every request arrives exactly once
         raise RuntimeError(f"{len(perm)} of {n} requests arrived")
     arr = np.asarray(arrival)[perm]
-    finish = np.asarray(sim.finish)[perm]
+    finish = np.asarray(out["finish"])[perm]
     end = float(finish.max())
-    area = sum(rp.area for rp in reps)
+    area = sum(out["area"])
     predecessor = None
     count_until = None
     if warmup_s is not None:
@@ -331,26 +209,26 @@ def simulate(
     )
     return QueueResult(
         policy=policy,
-        replicas=len(reps),
+        replicas=out["replicas"],
         warmup=warmup,
         arrival_s=arr,
-        start_s=np.asarray(sim.start)[perm],
-        first_token_s=np.asarray(sim.first)[perm],
+        start_s=np.asarray(out["start"])[perm],
+        first_token_s=np.asarray(out["first"])[perm],
         finish_s=finish,
         prompt_tokens=np.asarray(w.prompt_tokens, dtype=np.int64)[perm],
         output_tokens=out_tokens[perm],
-        hit_tokens=np.asarray(sim.hit, dtype=np.int64)[perm],
-        replica=np.asarray(choice, dtype=np.int64)[perm],
-        busy_s=np.array([rp.busy_s for rp in reps]),
-        prefill_busy_s=np.array([rp.prefill_busy_s for rp in reps]),
-        online_s=np.array([rp.online_s for rp in reps]),
+        hit_tokens=np.asarray(out["hit"], dtype=np.int64)[perm],
+        replica=np.asarray(out["choice"], dtype=np.int64)[perm],
+        busy_s=out["busy_s"],
+        prefill_busy_s=out["prefill_busy_s"],
+        online_s=out["online_s"],
         mean_in_system=area / (end - t0) if end > t0 else 0.0,
         end_s=end,
         added_at_s=None if add_replica_at_s is None else float(add_replica_at_s),
         failed_at_s=None if fail_replica_at_s is None else float(fail_replica_at_s),
-        retried=n_retried,
-        resent=None if fail_replica_at_s is None else resent[perm],
-        keys_moved=keys_moved,
+        retried=out["retried"],
+        resent=None if fail_replica_at_s is None else out["resent"][perm],
+        keys_moved=out["keys_moved"],
         params=dict(
             rate_rps=rate_rps,
             closed_loop=closed,
@@ -378,43 +256,6 @@ def simulate(
         predecessor=predecessor,
         count_until=count_until,
     )
-
-
-def _grow(router, policy, sticky, R, make_router):
-    """The router after one replica joins: a ring gains the new replica's points, the others are
-    rebuilt by ``make_router(R)`` (modulo-sticky then maps key mod R)."""
-    if (policy == "sticky" and sticky == "ring") or policy == "bounded_ring":
-        import copy
-
-        new = copy.deepcopy(router)
-        new.ring.add_replica()
-        new.replicas = R
-        return new
-    new = make_router(R)
-    if policy == "round_robin":
-        new._next = router._next % R
-    return new
-
-
-def _shrink(router, policy, sticky, pos, R, make_router):
-    """The router after the replica at position ``pos`` of its index order fails (``R`` remain):
-    a ring loses that replica's points (the others keep theirs), the others are rebuilt by
-    ``make_router(R)`` (modulo-sticky then maps key mod R over the survivors)."""
-    if (policy == "sticky" and sticky == "ring") or policy == "bounded_ring":
-        import copy
-
-        new = copy.deepcopy(router)
-        ring = new.ring
-        kept = [(h, o) for h, o in zip(ring._points, ring._owners, strict=True) if o != pos]
-        ring._points = [h for h, _ in kept]
-        ring._owners = [o - (o > pos) for _, o in kept]
-        ring.replicas -= 1
-        new.replicas = R
-        return new
-    new = make_router(R)
-    if policy == "round_robin":
-        new._next = router._next % R
-    return new
 
 
 def simulate_all(w, policies=routing.POLICIES, **kwargs) -> dict[str, QueueResult]:
