@@ -1,16 +1,14 @@
 """`tools/record_gpu.py --dry-run`: every job the GPU recorder runs, run on the CPU (copies, gloo,
 the prefill and prefix-reuse model, vLLM's CPU build in the engine environment for the offline
 engine and two servers), written with the fields the lab pages read, marked as a dry run, and
-rendered by the lab pages' own recorded-results cells, failed parts included (about 2 minutes on
-two cores)."""
+rendered by the lab pages' own recorded-results cells, failed parts included. The recorder runs
+once per session for Labs 1, 2 and 3 (``conftest.py``: ``gpu_dry_run``); Lab 3's part is checked in
+``test_record_gpu_lab3.py`` (a few minutes on two cores in all)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,26 +21,9 @@ LAB2_NB = ROOT / "notebooks/labs/lab2-kv-transfer.ipynb"
 
 
 @pytest.fixture(scope="module")
-def dry_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dry")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "tools/record_gpu.py"),
-            "--dry-run",
-            "--labs",
-            "lab1,lab2",  # Lab 3's dry run: test_record_gpu_lab3.py
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-        env=dict(os.environ),
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, proc.stdout
+def dry_run(gpu_dry_run):
+    """The session's one dry run of the recorder (``conftest.py``), Lab 3's included."""
+    return gpu_dry_run
 
 
 def _one(folder: Path, lab: str) -> dict:

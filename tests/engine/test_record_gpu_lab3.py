@@ -1,14 +1,11 @@
-"""`tools/record_gpu.py --dry-run --labs lab3`: Lab 3's GPU job run on the CPU build (both engines
-of the live NIXL split, under the engine lock), written with the fields Lab 3's page reads, marked
-as a dry run, and rendered by the page's GPU cell, a failed split included (a few minutes on two
-cores)."""
+"""`tools/record_gpu.py --dry-run` (the session's one run, ``conftest.py``): Lab 3's GPU job run
+on the CPU build (both engines of the live NIXL split, under the engine lock), written with the
+fields Lab 3's page reads, marked as a dry run, and rendered by the page's GPU cell, a failed split
+included (a few minutes on two cores)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,25 +18,9 @@ LAB3 = ROOT / "notebooks/labs/lab3-disaggregated-prefill.ipynb"
 
 
 @pytest.fixture(scope="module")
-def dry_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dry3")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "tools/record_gpu.py"),
-            "--dry-run",
-            "--labs",
-            "lab3",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-        env=dict(os.environ),
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def dry_run(gpu_dry_run):
+    """Lab 3's file of the session's one dry run of the recorder (``conftest.py``)."""
+    out, _ = gpu_dry_run
     (path,) = sorted(out.glob("lab3-dry-run-*.json"))
     return path, json.loads(path.read_text())
 

@@ -211,9 +211,34 @@ def log_tail(path: str | Path, lines: int = 25) -> str:
     return "\n".join(block)
 
 
+def _group_running(pgid: int) -> bool:
+    """True while a process of group ``pgid`` runs. A zombie does not count: the group's leader is
+    usually the caller's own child, which stays a zombie until the caller waits for it, so asking
+    the kernel (``killpg(pgid, 0)``) would say the group lives on after every process has exited.
+    Reads ``/proc``; where there is none, asks the kernel."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+            return True
+    return False
+
+
 def kill_group(pid: int, grace_s: float = 10.0) -> None:
     """End the process ``pid`` and every process of its group (it was started as a group
-    leader): SIGTERM, then SIGKILL after ``grace_s``."""
+    leader): SIGTERM, then SIGKILL after ``grace_s``; it returns once no process of the group
+    runs (zombies left for their parents to reap)."""
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(pid, sig)
@@ -221,9 +246,7 @@ def kill_group(pid: int, grace_s: float = 10.0) -> None:
             return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
+            if not _group_running(pid):
                 return
             time.sleep(0.1)
 
