@@ -22,7 +22,7 @@ ENGINE_WHY_NOT    = $(shell $(PYTHON) tools/engine_setup.py supported 2>&1)
 # `make test` starts each engine once, not twice.
 ENGINE_NOTEBOOKS := notebooks/labs/lab1-vllm-prefix-caching.ipynb notebooks/labs/lab3-disaggregated-prefill.ipynb
 
-.PHONY: venv engine engine-required book test test-setup test-lane-lib test-lane-book colab-envs test-lib test-kernels test-kernels-quick test-notebooks test-notebooks-live test-build test-site bench notebooks serve colab-check colab-check-fast lint clean
+.PHONY: venv engine engine-required book test test-setup test-lane-lib test-lane-book colab-envs test-lib test-kernels test-kernels-quick test-notebooks test-notebooks-built test-notebooks-live test-build test-site bench notebooks serve colab-check colab-check-fast lint clean
 
 venv: $(STAMP)
 
@@ -106,9 +106,11 @@ test-lane-lib:
 	$(call timed_step,test-kernels-quick)
 	$(call timed_step,colab-check-fast)
 
+# Each step is its own make: test-notebooks-built, not test-notebooks, whose `book` prerequisite
+# would build (and execute) the whole book a second time.
 test-lane-book:
 	$(call timed_step,test-build)
-	$(call timed_step,test-notebooks)
+	$(call timed_step,test-notebooks-built)
 	$(call timed_step,test-site)
 
 # The engine tests last: the book lane starts with the engine labs, so the library lane does its
@@ -137,8 +139,14 @@ test-kernels-quick: $(STAMP)
 # nbval's checks on the notebooks the strict build just executed (tools/nbval_from_build.py), so
 # that each notebook runs once: the committed outputs of every checked cell against the build's
 # executed copy (whitespace in printed text aside, which myst-nb's stream merging changes).
+NBVAL_FROM_BUILD = PYTHONPATH=tools $(BIN)/python -m pytest -q -p no:cacheprovider -p nbval_from_build --nbval-lax --nbval-outputs-from _build/jupyter_execute notebooks solutions $(addprefix --ignore=,$(ENGINE_NOTEBOOKS))
 test-notebooks: book
-	PYTHONPATH=tools $(BIN)/python -m pytest -q -p no:cacheprovider -p nbval_from_build --nbval-lax --nbval-outputs-from _build/jupyter_execute notebooks solutions $(addprefix --ignore=,$(ENGINE_NOTEBOOKS))
+	$(NBVAL_FROM_BUILD)
+
+# nbval on the outputs of the build that has just run (`make test`'s book lane).
+test-notebooks-built: $(STAMP)
+	@test -d _build/jupyter_execute || { echo "test-notebooks-built: no build here (run make book first)"; exit 1; }
+	$(NBVAL_FROM_BUILD)
 
 # nbval executing every notebook itself (slower; for checking notebooks without a build).
 test-notebooks-live: $(STAMP)
