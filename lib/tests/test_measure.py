@@ -389,9 +389,7 @@ def test_kill_group_ends_children():
     import subprocess
     import time
 
-    from kvlab.measure.serving.engine import kill_group
-
-    from kvlab.measure.serving.engine import _group_running
+    from kvlab.measure.serving.engine import _group_running, kill_group
 
     p = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
     time.sleep(0.3)
