@@ -35,7 +35,12 @@ _RESOLVE = pytest.StashKey["Resolve"]()
 
 def resolve_command(report: Path) -> list[str]:
     """pip's resolver, in dry-run mode, for the whole GPU set on a Colab GPU runtime's platform
-    (Linux x86-64, Python 3.12), writing its report to ``report``."""
+    (Linux x86-64, Python 3.12), writing its report to ``report``.
+
+    It reads each wheel's metadata with HTTP range requests (``fast-deps``) and keeps no cache:
+    where the registry serves no separate metadata file (PEP 658), plain pip downloads every wheel
+    of the set to read it (vLLM 327 MB, torch 527 MB and the CUDA libraries, several GB), which
+    filled a CI machine's disk."""
     return [
         sys.executable,
         "-m",
@@ -43,6 +48,8 @@ def resolve_command(report: Path) -> list[str]:
         "install",
         "--dry-run",
         "--ignore-installed",
+        "--no-cache-dir",
+        "--use-feature=fast-deps",
         "--quiet",
         "--report",
         str(report),
@@ -65,6 +72,8 @@ class Resolve:
         with open(self.stderr, "w") as err:
             self.proc = subprocess.Popen(
                 resolve_command(self.report),
+                # whatever pip still downloads lands in this folder, removed by close()
+                env={**os.environ, "TMPDIR": str(self.folder), "PIP_NO_CACHE_DIR": "1"},
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
