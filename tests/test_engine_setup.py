@@ -86,4 +86,4 @@ def test_make_test_stops_with_a_message_where_the_engine_cannot_run():
     )
     assert run.returncode != 0 and "Linux x86-64" in run.stderr
     dry = subprocess.run(["make", "-n", "book"], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert "make engine: skipped" in dry.stdout and "pip install" not in dry.stdout
+    assert "make engine: skipped" in dry.stdout and ".venv-engine" not in dry.stdout

@@ -229,15 +229,24 @@ def installed_versions(vpy: Path, names: list[str] | None = None) -> dict[str, s
 
 
 def pip(vpy: Path, *args: str) -> None:
-    cmd = [str(vpy), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args]
-    log("  $ " + " ".join(cmd[1:]))
-    subprocess.run(cmd, check=True)
+    """``pip install ARGS`` into the venv of ``vpy``, by uv where ``make`` installed it
+    (``tools/install.py``: the same pins, in seconds), else by pip."""
+    if str(ROOT / "tools") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tools"))
+    import install  # tools/install.py
+
+    cmd = ["--quiet", "--disable-pip-version-check", *args]
+    log("  $ install " + " ".join(cmd))
+    install.install(str(vpy), cmd)
 
 
 def check_torch_source(vpy: Path, specs: list[str]) -> None:
     """Stop unless the torch pip would install is a local file or a CPU (``+cpu``) build."""
     report = vpy.parent.parent / ".torch-dry-run.json"
-    pip(vpy, "--dry-run", "--ignore-installed", "--report", str(report), *specs)
+    cmd = [str(vpy), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    cmd += ["--dry-run", "--ignore-installed", "--report", str(report), *specs]
+    log("  $ " + " ".join(cmd[1:]))
+    subprocess.run(cmd, check=True)
     items = json.loads(report.read_text())["install"]
     report.unlink()
     for item in items:
