@@ -22,7 +22,7 @@ ENGINE_WHY_NOT    = $(shell $(PYTHON) tools/engine_setup.py supported 2>&1)
 # `make test` starts each engine once, not twice.
 ENGINE_NOTEBOOKS := notebooks/labs/lab1-vllm-prefix-caching.ipynb notebooks/labs/lab3-disaggregated-prefill.ipynb
 
-.PHONY: venv engine engine-required book test test-setup test-lane-lib test-lane-book colab-envs test-lib test-kernels test-kernels-quick test-notebooks test-notebooks-built test-notebooks-live test-build test-site bench notebooks serve colab-check colab-check-fast lint clean
+.PHONY: venv engine engine-required book test test-setup kernels-warm test-lane-lib test-lane-book colab-envs test-lib test-kernels test-kernels-quick test-notebooks test-notebooks-built test-notebooks-live test-build test-site bench notebooks serve colab-check colab-check-fast lint clean
 
 venv: $(STAMP)
 
@@ -110,7 +110,12 @@ define timed_step
 	echo "== $(1): $$(( $$(date +%s) - t0 )) s (exit $$s)"; exit $$s
 endef
 
-test-setup: $(STAMP) engine colab-envs
+test-setup: $(STAMP) engine colab-envs kernels-warm
+
+# numba's compiled simulator loops, cached beside the sources: compiled here, while the other
+# environments install, instead of in both lanes at once (tools/warm_kernels.py).
+kernels-warm: $(STAMP)
+	@$(BIN)/python tools/warm_kernels.py
 
 test-lane-lib:
 	$(call timed_step,test-lib)
