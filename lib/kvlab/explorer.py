@@ -90,6 +90,7 @@ _SIM_SOURCES = (
             "_pick_cache_aware",
             "_chat_loop",
             "_kernels",
+            "_wrap_kernels",
             "_dense",
             "_node_arrays",
             "_run_fast",

@@ -35,6 +35,7 @@ by name, so moving any of them out would change the key and throw the grid away.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -385,27 +386,35 @@ def _general_loop(
 
 
 _KERNELS: list = []
+_KERNELS_LOCK = threading.Lock()
 
 
 def _kernels():
     """(chat kernel, general kernel): compiled with numba on first use when it imports (loaded
-    from the on-disk cache after the first time), else the plain Python functions."""
-    global _unlink, _push_back, _evict_lru, _set_mru, _pick_cache_aware
+    from the on-disk cache after the first time), else the plain Python functions. Safe to call
+    from several threads at once (a Dask worker's, a thread pool's): one of them wraps the loops,
+    the others wait for it."""
     if _KERNELS:
         return _KERNELS
+    with _KERNELS_LOCK:
+        if not _KERNELS:
+            _KERNELS.extend(_wrap_kernels())
+    return _KERNELS
+
+
+def _wrap_kernels() -> tuple:
+    global _unlink, _push_back, _evict_lru, _set_mru, _pick_cache_aware
     try:
         import numba
     except ImportError:  # pragma: no cover - numba is a dependency; this keeps kvlab working
-        _KERNELS.extend((_chat_loop, _general_loop))
-        return _KERNELS
+        return _chat_loop, _general_loop
     jit = numba.njit(cache=True, nogil=True)
     # The loops call the helpers by their global names: compile those first, inlined into the
     # loops (a call would count references on each array it passes, costing more than its work).
     inl = numba.njit(cache=True, nogil=True, inline="always")
     _unlink, _push_back = inl(_unlink), inl(_push_back)
     _evict_lru, _set_mru, _pick_cache_aware = inl(_evict_lru), inl(_set_mru), inl(_pick_cache_aware)
-    _KERNELS.extend((jit(_chat_loop), jit(_general_loop)))
-    return _KERNELS
+    return jit(_chat_loop), jit(_general_loop)
 
 
 #: Above this many replica x entry slots the kernels' dense arrays get too big: use the reference.

@@ -68,8 +68,9 @@ def test_fixed_workload_travels_to_an_executor():
 def test_dask_local_cluster_gives_the_local_numbers():
     distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed")
     local = _seed_sweep(processes=2)
+    # worker processes, as on a real cluster: the jobs and their results are pickled both ways
     with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster, distributed.Client(cluster) as client:  # fmt: skip
         got = _seed_sweep(executor=client.get_executor())
     assert got == local

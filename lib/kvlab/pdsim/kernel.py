@@ -25,6 +25,7 @@ of those arrays on each event.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -473,23 +474,30 @@ def _loop(
 
 
 _KERNEL: list = []
+_KERNEL_LOCK = threading.Lock()
 
 
 def _kernel():
     """The loop, compiled with numba on first use when it imports (loaded from the on-disk cache
-    after the first time), else the plain Python function."""
-    global _ev_push, _ev_pop, _rh_push, _rh_pop
+    after the first time), else the plain Python function. Safe to call from several threads at
+    once: one of them wraps the loop, the others wait for it."""
     if _KERNEL:
         return _KERNEL[0]
+    with _KERNEL_LOCK:
+        if not _KERNEL:
+            _KERNEL.append(_wrap_kernel())
+    return _KERNEL[0]
+
+
+def _wrap_kernel():
+    global _ev_push, _ev_pop, _rh_push, _rh_pop
     try:
         import numba
     except ImportError:  # pragma: no cover - numba is a dependency; this keeps kvlab working
-        _KERNEL.append(_loop)
         return _loop
     inl = numba.njit(cache=True, nogil=True, inline="always")
     _ev_push, _ev_pop, _rh_push, _rh_pop = inl(_ev_push), inl(_ev_pop), inl(_rh_push), inl(_rh_pop)
-    _KERNEL.append(numba.njit(cache=True, nogil=True)(_loop))
-    return _KERNEL[0]
+    return numba.njit(cache=True, nogil=True)(_loop)
 
 
 def run(

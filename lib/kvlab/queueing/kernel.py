@@ -31,6 +31,7 @@ forty state arrays, and splitting them into modules would only spread one loop's
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -670,19 +671,27 @@ def numba_objmode(**kw):  # pragma: no cover - replaced by numba.objmode when co
 
 
 _KERNEL: list = []
+_KERNEL_LOCK = threading.Lock()
 
 
 def kernel():
     """The loop, compiled with numba on first use (loaded from the on-disk cache after the first
-    time); None when numba is missing (the caller then runs the reference)."""
-    global _unlink, _push_back, _touch, _match, _deepest, _hpush, _hpop, _count, _done
-    global _begin_prefill, _run_s, _start, _finish_segment, _cut_growing_run, numba_objmode
+    time); None when numba is missing (the caller then runs the reference). Safe to call from
+    several threads at once: one of them wraps the loop, the others wait for it."""
     if _KERNEL:
         return _KERNEL[0]
+    with _KERNEL_LOCK:
+        if not _KERNEL:
+            _KERNEL.append(_wrap_kernel())
+    return _KERNEL[0]
+
+
+def _wrap_kernel():
+    global _unlink, _push_back, _touch, _match, _deepest, _hpush, _hpop, _count, _done
+    global _begin_prefill, _run_s, _start, _finish_segment, _cut_growing_run, numba_objmode
     try:
         import numba
     except ImportError:  # pragma: no cover - numba is a dependency
-        _KERNEL.append(None)
         return None
     numba_objmode = numba.objmode
     inl = numba.njit(cache=True, nogil=True, inline="always")
@@ -691,5 +700,4 @@ def kernel():
     _done, _begin_prefill, _run_s = inl(_done), inl(_begin_prefill), inl(_run_s)
     _start, _finish_segment = inl(_start), inl(_finish_segment)
     _cut_growing_run = inl(_cut_growing_run)
-    _KERNEL.append(numba.njit(cache=True)(_loop))  # object mode inside: no nogil
-    return _KERNEL[0]
+    return numba.njit(cache=True)(_loop)  # object mode inside: no nogil
