@@ -10,7 +10,7 @@ import sys
 import time
 
 from kvlab.measure.serving import procs
-from kvlab.measure.serving.engine import kill_group
+from kvlab.measure.serving.engine import kill_group, kill_groups
 
 SLEEPER = "import time; time.sleep(120)"
 #: A leader that starts a child in its group and ignores SIGTERM, as does the child.
@@ -52,3 +52,15 @@ def test_a_group_that_ignores_sigterm_is_killed_after_the_grace_time():
     assert 1.0 <= took < 6.0, took
     assert proc.wait(timeout=5) == -9
     assert procs.gone(members)
+
+
+def test_several_groups_end_within_one_grace_time():
+    """Three groups that ignore SIGTERM end after one grace time, not three (a serving job stopped
+    from outside must stop all its servers within the grace its caller gives it)."""
+    started = [_start(STUBBORN) for _ in range(3)]
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    kill_groups([p.pid for p in started], grace_s=2.0)
+    took = time.monotonic() - t0
+    assert 2.0 <= took < 5.0, took
+    assert [p.wait(timeout=5) for p in started] == [-9, -9, -9]

@@ -536,8 +536,7 @@ def serving(
                     out["router"] = _router_runs(servers, served, ids, router_runs)
             out["alive_before_stop"] = [s.alive() for s in servers]
         finally:
-            for s in servers:
-                s.stop()
+            srv.stop_all(servers)
         out["memory_peak_bytes"] = mem.peak_bytes
     out["alive_after_stop"] = [s.alive() for s in servers]
     return out

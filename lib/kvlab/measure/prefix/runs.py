@@ -35,6 +35,12 @@ from ..serving.engine import (
 )
 from . import engine_jobs
 
+#: How long a job stopped from outside (SIGTERM: its time ran out, the notebook was interrupted)
+#: gets to stop its own servers before it is killed: their stop takes up to 10 s + 5 s
+#: (:func:`kvlab.measure.serving.server.stop_all`), and a killed job's servers would only get
+#: their parent-death SIGTERM, with nothing to follow it up.
+JOB_STOP_GRACE_S = 30.0
+
 
 def run_job(
     job: str,
@@ -80,14 +86,14 @@ def run_job(
             try:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                kill_group(proc.pid)
+                kill_group(proc.pid, grace_s=JOB_STOP_GRACE_S)
                 proc.wait()
                 raise EngineError(
                     f"engine job {job!r} ran past {timeout_s:g} s and was stopped; last lines of "
                     f"its log:\n{log_tail(log)}"
                 ) from None
             except BaseException:  # interrupted: never leave an engine behind
-                kill_group(proc.pid)
+                kill_group(proc.pid, grace_s=JOB_STOP_GRACE_S)
                 proc.wait()
                 raise
             finally:

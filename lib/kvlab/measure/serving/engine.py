@@ -239,16 +239,27 @@ def kill_group(pid: int, grace_s: float = 10.0) -> None:
     """End the process ``pid`` and every process of its group (it was started as a group
     leader): SIGTERM, then SIGKILL after ``grace_s``; it returns once no process of the group
     runs (zombies left for their parents to reap)."""
+    kill_groups([pid], grace_s)
+
+
+def kill_groups(pids: list[int], grace_s: float = 10.0) -> None:
+    """:func:`kill_group` for several groups at once: SIGTERM to every group, SIGKILL after
+    ``grace_s`` to those still running. Ending n servers takes one grace time, not n (a job
+    stopped from outside has only the grace its caller gives it to stop its servers)."""
+    left = list(dict.fromkeys(pids))
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
+        for pid in list(left):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                left.remove(pid)
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if not _group_running(pid):
-                return
-            time.sleep(0.1)
+        while left and time.monotonic() < deadline:
+            left = [pid for pid in left if _group_running(pid)]
+            if left:
+                time.sleep(0.1)
+        if not left:
+            return
 
 
 def shown(text: str) -> str:

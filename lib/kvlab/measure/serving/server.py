@@ -30,6 +30,7 @@ from .engine import (
     engine_env,
     is_local_model,
     kill_group,
+    kill_groups,
     log_tail,
 )
 
@@ -335,3 +336,11 @@ def chat(client, model: str, system: str, user: str) -> dict:
         stream_options={"include_usage": True},
     )
     return _read_stream(stream, t0)
+
+
+def stop_all(servers: list[VllmServer]) -> None:
+    """Stop every server of ``servers`` at once (:func:`kvlab.measure.serving.engine.kill_groups`),
+    then reap each: one grace time for all of them, not one each."""
+    kill_groups([s.proc.pid for s in servers if s.proc is not None])
+    for s in servers:
+        s.stop()  # its group has ended: this only reaps the server's process
