@@ -211,6 +211,7 @@ def test_serving_job_starts_servers_in_turn_on_a_gpu(monkeypatch):
     class Srv:
         def __init__(self, kw, port, cpu_cores=None):
             self.port = port
+            self.proc = None  # never launched: start_servers is the fake above
 
         def stop(self):
             pass
