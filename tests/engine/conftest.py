@@ -73,7 +73,7 @@ class Resolve:
             self.proc = subprocess.Popen(
                 resolve_command(self.report),
                 # whatever pip still downloads lands in this folder, removed by close()
-                env={**os.environ, "TMPDIR": str(self.folder), "PIP_NO_CACHE_DIR": "1"},
+                env={**os.environ, "TMPDIR": str(self.folder)},
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
