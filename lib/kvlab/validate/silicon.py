@@ -1,0 +1,249 @@
+"""Predict measured runs of real engines with the engine model: :func:`predict` takes one row of
+NVIDIA aiconfigurator's ``silicon_sample.csv`` in its own columns.
+
+The rows are closed-loop concurrency benchmarks of one aggregated vLLM replica (``batch_size`` is
+the number of concurrent clients; ``isl``/``osl`` the prompt and output tokens of every request,
+output forced with ``ignore_eos``; TTFT is the client's wait for the first token, queueing
+included; TPOT the mean time between later tokens). ``tools/tabulate_engine_costs.py`` copies the
+vLLM rows of H100 SXM and H200 into ``data/silicon/vllm_rows.csv`` (aiconfigurator-core 0.12.0)
+with aiconfigurator's own estimate of each (``aiconfigurator_estimates.json``).
+
+Nothing here is fitted on the rows it scores. The step costs come from aiconfigurator's
+per-operation database, the scheduling from vLLM's source (:mod:`kvlab.engine_model`), and the
+knobs below are fixed before any H100 row is predicted:
+
+* vLLM's defaults: ``gpu_memory_utilization`` 0.9 (the releases the rows name), the OpenAI
+  server's token budget and sequence cap for the GPU, block size 16, KV cache in bf16 (``auto``:
+  the activations' type, also for fp8 checkpoints);
+* memory outside weights and KV: 3 GiB per GPU (the profiling pass's activations, CUDA graphs,
+  communication buffers);
+* the benchmark: clients staggered (the state a long run settles in), 4 requests per client, the
+  first not counted;
+* ``frontend_s``: the time a request spends outside the engine (HTTP, chat template,
+  tokenisation, the first token's way back), the median of (measured - engine model) TTFT over
+  the held-out H200 rows at 4 clients or fewer (:func:`frontend_from_held_out`); it only ever
+  sees H200 rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from ..engine_model import (
+    EngineConfig,
+    batch_defaults,
+    closed_loop,
+    kv_blocks,
+    step_costs,
+)
+
+DATA = Path(__file__).resolve().parents[3] / "data" / "silicon"
+ROWS_PATH = DATA / "vllm_rows.csv"
+AIC_PATH = DATA / "aiconfigurator_estimates.json"
+#: the sample's system names -> kvlab's GPU names
+SYSTEMS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200", "a100_sxm": "A100-SXM"}
+#: the sample's model names for a tabulated shape
+MODEL_ALIASES = {"nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Llama-3.1-8B"}
+PRECISIONS = {"": "bf16", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
+REQUIRED = ("system", "backend", "model_path", "precision", "isl", "osl", "batch_size", "tp_size")
+#: the rows the engine model is scored on (issue 33): H100 SXM, vLLM, aggregated serving
+SCORED = {("Qwen/Qwen3-32B", "bf16"), ("meta-llama/Llama-3.1-70B", "fp8")}
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Every choice :func:`predict` makes that neither the database nor vLLM's rules decide."""
+
+    frontend_s: float = 0.0
+    start: str = "staggered"
+    requests_per_client: int = 4
+    warmup: int = 1
+    gpu_memory_utilization: float = 0.9
+    non_kv_bytes_per_gpu: float = 3 * 2**30
+    kv_bytes: int = 2
+    step_overhead_s: float = 0.0
+
+
+def rows(system: str | None = None) -> list[dict]:
+    """The copied vLLM rows of the sample (all, or one ``system``'s)."""
+    with ROWS_PATH.open() as f:
+        out = list(csv.DictReader(f))
+    return [r for r in out if system is None or r["system"] == system]
+
+
+@cache
+def aiconfigurator_estimates() -> dict:
+    """aiconfigurator 0.12.0's own agg estimate per row id (``None`` where it failed, with why)."""
+    return json.loads(AIC_PATH.read_text())
+
+
+def _field(row: dict, name: str) -> str:
+    if name not in row or row[name] is None:
+        raise ValueError(f"row is missing the field {name!r} (needs {list(REQUIRED)})")
+    return str(row[name]).strip()
+
+
+def _int_field(row: dict, name: str, lo: int) -> int:
+    raw = _field(row, name)
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ValueError(f"row field {name!r} must be an integer >= {lo}, got {raw!r}") from None
+    if not v.is_integer() or v < lo:
+        raise ValueError(f"row field {name!r} must be an integer >= {lo}, got {raw!r}")
+    return int(v)
+
+
+def parse(row: dict) -> dict:
+    """The fields :func:`predict` uses, checked: a row it cannot cover raises a ValueError that
+    names the field."""
+    system = _field(row, "system")
+    if system not in SYSTEMS:
+        raise ValueError(f"row field 'system' must be one of {sorted(SYSTEMS)}, got {system!r}")
+    backend = _field(row, "backend")
+    if backend != "vllm":
+        raise ValueError(
+            f"row field 'backend' must be 'vllm' (the engine modelled), got {backend!r}"
+        )
+    mode = str(row.get("mode", "agg") or "agg").strip()
+    if mode != "agg":
+        raise ValueError(f"row field 'mode' must be 'agg' (one aggregated replica), got {mode!r}")
+    model = _field(row, "model_path")
+    model = MODEL_ALIASES.get(model, model)
+    prec_raw = _field(row, "precision")
+    if prec_raw not in PRECISIONS:
+        raise ValueError(
+            f"row field 'precision' must be one of {sorted(PRECISIONS)}, got {prec_raw!r}"
+        )
+    return {
+        "gpu": SYSTEMS[system],
+        "model": model,
+        "precision": PRECISIONS[prec_raw],
+        "isl": _int_field(row, "isl", 1),
+        "osl": _int_field(row, "osl", 2),
+        "clients": _int_field(row, "batch_size", 1),
+        "tp": _int_field(row, "tp_size", 1),
+    }
+
+
+def _predict(p: dict, k: Knobs) -> dict:
+    try:
+        costs = step_costs(p["model"], p["gpu"], p["tp"], p["precision"],
+                           step_overhead_s=k.step_overhead_s)  # fmt: skip
+    except ValueError as e:
+        raise ValueError(f"row not covered by the step-cost tables (fields 'model_path', "
+                         f"'system', 'tp_size', 'precision'): {e}") from None  # fmt: skip
+    blocks = kv_blocks(
+        costs.model, p["gpu"], p["tp"], p["precision"],
+        gpu_memory_utilization=k.gpu_memory_utilization,
+        non_kv_bytes_per_gpu=k.non_kv_bytes_per_gpu, kv_bytes=k.kv_bytes,
+    )  # fmt: skip
+    mbt, mns = batch_defaults(p["gpu"])
+    cfg = EngineConfig(num_blocks=blocks, max_num_batched_tokens=mbt, max_num_seqs=mns)
+    res = closed_loop(
+        costs, cfg, clients=p["clients"], isl=p["isl"], osl=p["osl"],
+        requests_per_client=k.requests_per_client, warmup=k.warmup, start=k.start,
+        frontend_s=k.frontend_s,
+    )  # fmt: skip
+    return {
+        "ttft_ms": res.ttft_ms,
+        "tpot_ms": res.tpot_ms,
+        "kv_blocks": blocks,
+        "preemptions": res.preemptions,
+        "output_tok_s": res.output_tok_s,
+    }
+
+
+@cache
+def frontend_from_held_out() -> float:
+    """``frontend_s``: the median of (measured - engine model with no frontend) TTFT, in seconds,
+    over the held-out H200 rows with at most 4 clients."""
+    base = Knobs()
+    resid = []
+    for r in rows("h200_sxm"):
+        if r.get("mode") != "agg" or int(r["batch_size"]) > 4:
+            continue
+        got = _predict(parse(r), base)["ttft_ms"]
+        resid.append(float(r["silicon_ttft_ms"]) - got)
+    if not resid:
+        raise ValueError("no held-out H200 rows to set frontend_s from")
+    return float(np.median(resid)) / 1e3
+
+
+def knobs() -> Knobs:
+    """The knobs every scored prediction uses (frontend set on the held-out rows)."""
+    return replace(Knobs(), frontend_s=frontend_from_held_out())
+
+
+def predict(row: dict, knobs_: Knobs | None = None) -> dict:
+    """The engine model's prediction for one row of the sample: a dict with ``ttft_ms`` and
+    ``tpot_ms`` (plus ``kv_blocks``, ``preemptions`` and ``output_tok_s``). ``row`` holds at
+    least ``system``, ``backend``, ``model_path``, ``precision``, ``isl``, ``osl``,
+    ``batch_size`` and ``tp_size`` as the sample spells them."""
+    return _predict(parse(row), knobs() if knobs_ is None else knobs_)
+
+
+def score(selection: list[dict], knobs_: Knobs | None = None):
+    """A table (pandas) of predicted, measured and aiconfigurator's values for ``selection``,
+    with signed relative errors (predicted / measured - 1)."""
+    import pandas as pd
+
+    k = knobs() if knobs_ is None else knobs_
+    est = aiconfigurator_estimates()["estimates"]
+    out = []
+    for r in selection:
+        p = predict(r, k)
+        e = est.get(r["id"], {})
+        mt, mp = float(r["silicon_ttft_ms"]), float(r["silicon_tpot_ms"])
+        at, ap = e.get("ttft_ms"), e.get("tpot_ms")
+        out.append({
+            "model": r["model_path"], "precision": r["precision"] or "bf16", "system": r["system"],
+            "tp": int(r["tp_size"]), "clients": int(r["batch_size"]), "isl": int(r["isl"]),
+            "osl": int(r["osl"]), "ttft_ms": mt, "tpot_ms": mp,
+            "pred_ttft_ms": p["ttft_ms"], "pred_tpot_ms": p["tpot_ms"],
+            "aic_ttft_ms": math.nan if at is None else at, "aic_tpot_ms": math.nan if ap is None else ap,
+            "preemptions": p["preemptions"],
+        })  # fmt: skip
+    df = pd.DataFrame(out)
+    for m in ("ttft", "tpot"):
+        df[f"err_{m}"] = df[f"pred_{m}_ms"] / df[f"{m}_ms"] - 1
+        df[f"aic_err_{m}"] = df[f"aic_{m}_ms"] / df[f"{m}_ms"] - 1
+    return df
+
+
+def summary(df, by=("model", "tp")):
+    """Median absolute percentage error and median signed error per group, the engine model's
+    beside aiconfigurator's (rows aiconfigurator could not estimate are left out of its columns
+    only), in percent."""
+    import pandas as pd
+
+    def agg(g):
+        return pd.Series({
+            "rows": len(g),
+            "TTFT MAPE": 100 * g["err_ttft"].abs().median(),
+            "TTFT bias": 100 * g["err_ttft"].median(),
+            "TPOT MAPE": 100 * g["err_tpot"].abs().median(),
+            "TPOT bias": 100 * g["err_tpot"].median(),
+            "aic TTFT MAPE": 100 * g["aic_err_ttft"].abs().median(),
+            "aic TPOT MAPE": 100 * g["aic_err_tpot"].abs().median(),
+        })  # fmt: skip
+
+    if not by:
+        return agg(df).to_frame("all").T
+    return df.groupby(list(by)).apply(agg, include_groups=False)
+
+
+def scored_rows() -> list[dict]:
+    """The H100 rows the engine model is scored on: Qwen3-32B in bf16 and Llama-3.1-70B in fp8,
+    aggregated serving."""
+    return [
+        r for r in rows("h100_sxm")
+        if r.get("mode") == "agg" and (r["model_path"], PRECISIONS.get(r["precision"], "?")) in SCORED
+    ]  # fmt: skip
