@@ -289,3 +289,52 @@ def test_engine_calibration_gives_costs_and_pool_at_any_tp():
         cal.num_blocks(1)
     with pytest.raises(ValueError, match="gpu"):
         EngineCalibration(gpu="TPU")
+
+
+# --- pdsim on the engine model --------------------------------------------------------------------
+
+
+def _traffic(**kw):
+    from kvlab import pdsim
+
+    base = dict(rate_rps=0.2, requests=6, prompt_tokens=3000, output_tokens=20, seed=1)
+    return pdsim.Traffic(**{**base, **kw})
+
+
+def test_pdsim_on_the_engine_model_alone_requests_cost_one_prefill():
+    """Requests far apart: a colocated TTFT is one prefill step of the prompt; a split one is the
+    same step on the prefill replica plus the KV transfer."""
+    from kvlab import pdsim
+
+    cal = EngineCalibration()
+    step = cal.costs(8).step_s([(3000, 0)])
+    colo = pdsim.simulate(pdsim.Colocated(2, chunk_tokens=None), _traffic(), cal)  # budget 8,192
+    assert np.allclose(colo.ttft_s, step, rtol=1e-9)
+    split = pdsim.simulate(pdsim.Disaggregated(1, 1), _traffic(), cal)
+    assert np.allclose(split.ttft_s, step + split.transfer_s, rtol=1e-9)
+    assert (split.transfer_s > 0).all() and (colo.transfer_s == 0).all()
+    # a lone decode step: the same on both once the request decodes alone
+    assert np.allclose(split.tpot_s, colo.tpot_s, rtol=0.05)
+
+
+def test_pdsim_on_the_engine_model_batches_prompts_on_a_prefill_replica():
+    """Prompts that wait together are prefilled in one step (a model that prefills one prompt
+    per pass gives them different first-token times)."""
+    from kvlab import pdsim
+
+    cal = EngineCalibration()
+    r = pdsim.simulate(pdsim.Disaggregated(1, 1), _traffic(rate_rps=1000.0, requests=3), cal)
+    landed = r.first_token_s - r.transfer_s
+    assert np.ptp(landed[1:]) < 1e-9  # the two that queued behind the first share a step
+
+
+def test_pdsim_on_the_engine_model_hits_shorten_ttft():
+    from kvlab import pdsim
+
+    cal = EngineCalibration()
+    cold = pdsim.simulate(pdsim.Colocated(1), _traffic(requests=5), cal)
+    warm = pdsim.simulate(pdsim.Colocated(1), _traffic(requests=5, hit_rate=0.83), cal)
+    assert warm.ttft_s[0] == pytest.approx(cold.ttft_s[0])  # the first finds the cache empty
+    assert (warm.ttft_s[1:] < 0.5 * cold.ttft_s[1:]).all()
+    bound = pdsim.capacity_bound(pdsim.Colocated(10), _traffic(), 0.04, cal)
+    assert bound.rps > 0 and bound.rps == min(bound.prefill_rps, bound.decode_rps, bound.rps)

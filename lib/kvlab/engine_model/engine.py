@@ -135,6 +135,24 @@ class Request:
 
 
 @dataclass
+class DecodeRun:
+    """A planned run of decode-only steps (:meth:`Engine.plan_run`): its start, each step's end
+    (seconds), and the running requests' tokens and blocks when it was planned."""
+
+    start_s: float
+    ends_s: np.ndarray
+    tokens: np.ndarray
+    held: np.ndarray
+
+    def steps_before(self, t: float) -> int:
+        """Steps of the run that start before ``t`` (at least one)."""
+        if t == math.inf:
+            return len(self.ends_s)
+        starts = np.concatenate(([self.start_s], self.ends_s[:-1]))
+        return max(1, int(np.searchsorted(starts, t, side="left")))
+
+
+@dataclass
 class StepRecord:
     """What one step (or one run of identical decode steps) did."""
 
@@ -331,14 +349,12 @@ class Engine:
             return False
         return all(r.generated and r.num_computed == r.num_tokens - 1 for r in self.running)
 
-    def advance(self, until: float = math.inf) -> StepRecord | None:
-        """Run one step, or one run of identical decode-only steps that stops at the first finish,
-        at the first block shortage or before the first step that would start at or after
-        ``until``. None when there is nothing to run."""
-        if not self.has_work():
-            return None
+    def plan_run(self) -> DecodeRun | None:
+        """The run of decode-only steps the engine would take from ``self.now`` if no new work
+        came: up to the first finish or the first block shortage. Nothing changes until
+        :meth:`apply_run`; None when the engine is not in a decode-only state."""
         if not self._decode_only():
-            return self.step()
+            return None
         run = self.running
         b = len(run)
         toks = np.fromiter((r.num_tokens for r in run), dtype=np.int64, count=b)
@@ -361,16 +377,22 @@ class Engine:
                     hi = mid
             k = lo
         if k < 1:
-            return self.step()
-        ends = self.costs.decode_run_s(b, float(toks.sum()), k)
-        if until < math.inf:
-            starts = self.now + np.concatenate(([0.0], ends[:-1]))
-            k = max(1, int(np.searchsorted(starts, until, side="left")))
-            ends = ends[:k]
-        new_blocks = (-(-(toks + k - 1) // bs) - held).clip(min=0)
+            return None
+        ends = self.now + self.costs.decode_run_s(b, float(toks.sum()), k)
+        return DecodeRun(self.now, ends, toks, held)
+
+    def apply_run(self, plan: DecodeRun, steps: int | None = None) -> StepRecord:
+        """Carry out the first ``steps`` steps of ``plan`` (all by default), which must be the
+        engine's latest plan with nothing changed since."""
+        k = len(plan.ends_s) if steps is None else steps
+        if not 1 <= k <= len(plan.ends_s) or plan.start_s != self.now:
+            raise ValueError(f"steps must be in [1, {len(plan.ends_s)}] of a current plan, got {k}")
+        run = self.running
+        bs = self.config.block_size
+        new_blocks = (-(-(plan.tokens + k - 1) // bs) - plan.held).clip(min=0)
         self.pool.allocate(int(new_blocks.sum()))
-        end = self.now + float(ends[-1])
-        rec = StepRecord(self.now, end, k, 0, b)
+        end = float(plan.ends_s[k - 1])
+        rec = StepRecord(self.now, end, k, 0, len(run))
         done = []
         for r, nb in zip(run, new_blocks.tolist(), strict=True):
             old = r.num_computed
@@ -388,7 +410,18 @@ class Engine:
             for r in done:
                 self._finish(r, end)
             rec.finished = done
-        self.busy_s += float(ends[-1])
+        self.busy_s += end - self.now
         self.now = end
         self.steps += k
         return rec
+
+    def advance(self, until: float = math.inf) -> StepRecord | None:
+        """Run one step, or one run of identical decode-only steps that stops at the first finish,
+        at the first block shortage or before the first step that would start at or after
+        ``until``. None when there is nothing to run."""
+        if not self.has_work():
+            return None
+        plan = self.plan_run()
+        if plan is None:
+            return self.step()
+        return self.apply_run(plan, plan.steps_before(until))

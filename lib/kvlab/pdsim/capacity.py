@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .._validate import positive
 from ..assumptions import CostModel
 from ..costs import BOOK
+from ..engine_model import EngineCalibration, batch_defaults
 from .systems import Colocated, Disaggregated, at_tp, prefill_seconds
 from .traffic import Traffic
 
@@ -39,6 +40,8 @@ def capacity_bound(
 ) -> CapacityBound:
     """Upper bound on the rate of requests meeting the TPOT target (and any TTFT target)."""
     positive("tpot_slo_s", tpot_slo_s)
+    if isinstance(cost, EngineCalibration):
+        return _engine_bound(system, traffic, tpot_slo_s, cost)
     if isinstance(system, Colocated):
         cost_p = cost_d = at_tp(cost, system.tp)
     else:
@@ -70,4 +73,45 @@ def capacity_bound(
     p = n / pre_s
     d = math.inf if dec_s == 0 else n / dec_s
     both = n / ((1 - w) * (pre_s + dec_s) + w * max(pre_s, dec_s))
+    return CapacityBound(p, d, min(p, d, both))
+
+
+#: how far above the engine model's estimate :func:`capacity_bound` puts its ceiling: the estimate
+#: prices whole-budget prefill steps and the largest TPOT-meeting batch, which a run can beat a
+#: little (shared prefix blocks, shorter contexts early in a request's life)
+ENGINE_BOUND_MARGIN = 1.5
+
+
+def _engine_bound(system, traffic: Traffic, tpot_slo_s: float, cal: EngineCalibration):
+    """The same bound for engine-model replicas: prefill in full-budget steps of whole prompts,
+    decode in steps of the largest batch whose step meets the TPOT target, both times
+    :data:`ENGINE_BOUND_MARGIN`."""
+    uncached = max(1, math.ceil(traffic.prompt_tokens * (1 - traffic.hit_rate) - 1e-9))
+    cached = max(0, round(traffic.prompt_tokens) - uncached)
+    steps = max(round(traffic.output_tokens) - 1, 0)
+    ctx = traffic.prompt_tokens + traffic.output_tokens / 2
+    p_tp, d_tp = (
+        (system.tp, system.tp) if isinstance(system, Colocated) else (system.p_tp, system.d_tp)
+    )
+    cp, cd = cal.costs(p_tp), cal.costs(d_tp)
+    per_step = max(1, batch_defaults(cal.gpu)[0] // uncached)
+    pre_s = cp.step_s([(uncached, cached)] * per_step) / per_step
+    batch = 0
+    for b in range(1, system.max_batch + 1):
+        if cd.step_s([], b, b * ctx) > tpot_slo_s:
+            break
+        batch = b
+    if batch == 0:
+        dec_s = math.inf
+    else:
+        dec_s = steps * cd.step_s([], batch, batch * ctx) / batch
+    m = ENGINE_BOUND_MARGIN
+    if isinstance(system, Disaggregated):
+        p = m * system.prefill / pre_s
+        d = m * system.decode / dec_s if dec_s > 0 else math.inf
+        return CapacityBound(p, d, min(p, d))
+    n = system.replicas
+    p = m * n / pre_s
+    d = m * n / dec_s if dec_s > 0 else math.inf
+    both = m * n / (pre_s + dec_s)
     return CapacityBound(p, d, min(p, d, both))

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from .._validate import non_negative, positive
 from ..assumptions import CostModel
 from ..costs import BOOK
-from . import kernel
+from ..engine_model import EngineCalibration
+from . import engine_backend, kernel
 from .reference import Replica, Simulation
 from .result import SimResult
 from .systems import Colocated, Disaggregated
@@ -19,14 +20,18 @@ from .traffic import Traffic
 def simulate(
     system: Colocated | Disaggregated,
     traffic: Traffic,
-    cost: CostModel | str = BOOK,
+    cost: CostModel | str | EngineCalibration = BOOK,
     *,
     _reference: bool = False,
 ) -> SimResult:
     """Run one simulation and return per-request times: on the compiled loop
     (:mod:`kvlab.pdsim.kernel`), or, with ``_reference=True``, on the event-by-event simulator it
     is checked against (:mod:`kvlab.pdsim.reference`); the two give the same times.
-    ``Replica.runs = False`` steps identical decode steps one by one in both."""
+    ``Replica.runs = False`` steps identical decode steps one by one in both. With an
+    :class:`kvlab.engine_model.EngineCalibration` as ``cost``, every replica is an engine-model
+    engine instead (:mod:`kvlab.pdsim.engine_backend`)."""
+    if isinstance(cost, EngineCalibration):
+        return engine_backend.run(system, traffic, cost)
     if _reference:
         return Simulation(system, traffic, cost).run()
     return kernel.run(system, traffic, cost, runs=Replica.runs)
