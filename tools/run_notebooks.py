@@ -1,10 +1,16 @@
 """Execute notebooks in place (fresh kernel, top to bottom), keeping outputs for nbval.
 
-Usage: python tools/run_notebooks.py [PATH ...]   (default: every notebook in notebooks/, solutions/)
+Usage: python tools/run_notebooks.py [--check] [--show REGEX] [PATH ...]
+       (default: every notebook in notebooks/, solutions/)
+
+``--check`` executes without writing the outputs back (a failing cell, such as a hidden assert,
+still fails the run): ``make test-under-load`` runs the engine labs this way. ``--show REGEX``
+prints every line of the executed notebooks' text output that the expression finds.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -26,13 +32,43 @@ def execute(path: Path) -> nbformat.NotebookNode:
     return nb
 
 
-def run(path: Path) -> float:
+def run(path: Path, write: bool = True, show: re.Pattern | None = None) -> float:
     start = time.perf_counter()
-    nbformat.write(execute(path), path)
+    nb = execute(path)
+    if write:
+        nbformat.write(nb, path)
+    if show is not None:
+        for line in output_lines(nb):
+            if show.search(line):
+                print(f"  {path.name}: {line}")
     return time.perf_counter() - start
 
 
+def output_lines(nb: nbformat.NotebookNode) -> list[str]:
+    """Every line the notebook's code cells printed (stream outputs and plain-text results)."""
+    lines: list[str] = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                text = out.get("text", "")
+            else:
+                text = out.get("data", {}).get("text/plain", "")
+            lines += "".join(text).splitlines()
+    return lines
+
+
 def main(argv: list[str]) -> int:
+    argv = list(argv)
+    write = "--check" not in argv
+    argv = [a for a in argv if a != "--check"]
+    show = None
+    if "--show" in argv:
+        k = argv.index("--show")
+        if k + 1 >= len(argv):
+            print("--show needs a regular expression", file=sys.stderr)
+            return 2
+        show = re.compile(argv[k + 1])
+        del argv[k : k + 2]
     paths = [Path(p).resolve() for p in argv] or sorted(
         p
         for folder in ("notebooks", "solutions")
@@ -40,8 +76,8 @@ def main(argv: list[str]) -> int:
         if ".ipynb_checkpoints" not in p.parts
     )
     for path in paths:
-        seconds = run(path)
-        print(f"{seconds:6.1f} s  {path.relative_to(ROOT)}")
+        seconds = run(path, write=write, show=show)
+        print(f"{seconds:6.1f} s  {path.relative_to(ROOT)}", flush=True)
     return 0
 
 
