@@ -156,12 +156,13 @@ def test_load_choices_are_the_low_match_requests_not_close_calls():
     assert router_model.load_choices(summary) == ([0, 2], [0])
 
 
-def _busy_two_client_run(last_server=0):
+def _busy_two_client_run(last_server=0, cached=None):
     """A cache-aware run of two clients in lock step, as a busy (or a fast) machine makes them:
     requests 1 to 6 are sent in pairs at the same instant, so their choice windows overlap (6 close
     calls of 8, more than two thirds); requests 0 and 7 are each sent while the other client is
     idle, so the record pins their low-match choices down. ``last_server``: where the router
-    sent request 7 (the model says the first worker, 0)."""
+    sent request 7 (the model says the first worker, 0). ``cached``: measured cached tokens that
+    differ from the pool replay, by request."""
     from kvlab.measure.prefix import router_model
 
     ids = _stream()
@@ -190,6 +191,8 @@ def _busy_two_client_run(last_server=0):
         "router_alive_after_stop": False,
     }
     run["cached_tokens"] = rr.replay_pools(run, ids, num_blocks=64, block_size=16)
+    for i, c in (cached or {}).items():
+        run["cached_tokens"][i] = c
     run["router_counts"] = [run["server"].count(r) for r in range(2)]
     on = [[i for i in range(n) if run["server"][i] == r] for r in range(2)]
     run["counters"] = [
@@ -212,10 +215,12 @@ def test_router_checks_accept_many_close_calls_when_every_pinned_choice_agrees()
     assert s["close_calls"] == [1, 2, 3, 4, 5, 6] and len(s["close_calls"]) > 2 * s["requests"] // 3
     assert router_model.load_choices(s) == ([0, 7], [0, 7])
     assert s["alone"] == 2 and s["pool_exact_alone"] == 2  # requests 0 and 7 ran alone
+    assert router_model.one_at_a_time(run) == [0]  # request 7 ran after batches on its server
     assert router_model.check_run(run, s) == []
     router_model.assert_run(run, s)
     line = router_model.load_report(run, s)
-    assert "close calls 6 of 8 (75 %)" in line and "pinned down 2" in line, line
+    assert "2 clients: close calls 6 of 8 (75 %)" in line and "pinned down 2" in line, line
+    assert "one at a time 1 (pools exact on all, checked); alone after a batch 1" in line, line
 
 
 def test_router_checks_fail_when_one_pinned_choice_disagrees():
@@ -231,19 +236,34 @@ def test_router_checks_fail_when_one_pinned_choice_disagrees():
         router_model.assert_run(run, s)
 
 
+def test_router_checks_report_but_accept_a_request_after_a_batch_that_the_pools_miss():
+    """Request 7 ran alone, but after batches on its server: vLLM computed those side by side,
+    so the cache it found may not be the replay's (a loaded machine showed one such request of
+    four off). Reported, not failed; the same miss on request 0, whose server had served
+    everything one at a time, fails."""
+    from kvlab.measure.prefix import router_model
+
+    run, s = _busy_two_client_run(cached={7: 32})
+    assert s["pool_exact_alone"] == 1 and s["pool_exact_one_at_a_time"] == 1
+    assert router_model.check_run(run, s) == []
+    assert "alone after a batch 1 (pools exact on 0)" in router_model.load_report(run, s)
+    run, s = _busy_two_client_run(cached={0: 32})
+    bad = router_model.check_run(run, s)
+    assert len(bad) == 1 and "exact on 0 of 1 requests whose server" in bad[0], bad
+
+
 def test_router_checks_fail_on_what_load_cannot_change():
-    """Each load-proof claim fails on its own: a request that ran alone but got other cached
-    tokens than the pools predict, a router count that is not the proxies', a socket beyond
-    loopback, a router process left after the stop."""
+    """Each load-proof claim fails on its own: a router count that is not the proxies', a socket
+    beyond loopback, a router process left after the stop, server counters that are not the
+    requests' figures."""
     from kvlab.measure.prefix import router_model
 
     run, s = _busy_two_client_run()
-    worse = dict(s, pool_exact_alone=s["alone"] - 1)
-    assert any("ran alone" in b for b in router_model.check_run(run, worse))
     for key, value, words in (
         ("router_counts", [7, 1], "router counts"),
         ("router_non_loopback", ["0.0.0.0:30001"], "beyond loopback"),
         ("router_alive_after_stop", True, "outlived"),
+        ("counters", [{"queries": 1, "hits": 0}, {"queries": 0, "hits": 0}], "server counters"),
     ):
         bad = router_model.check_run(dict(run, **{key: value}), s)
         assert len(bad) == 1 and words in bad[0], (key, bad)
