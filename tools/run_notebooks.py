@@ -22,10 +22,12 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def execute(path: Path) -> nbformat.NotebookNode:
-    """Run the notebook at ``path`` in a fresh kernel, in its own folder; return it with outputs
-    (the file is not touched)."""
-    nb = nbformat.read(path, as_version=4)
+def execute(path: Path, nb: nbformat.NotebookNode | None = None) -> nbformat.NotebookNode:
+    """Run the notebook at ``path`` (or ``nb``, read from it) in a fresh kernel, in its own folder;
+    return it with outputs (the file is not touched). A failing cell raises, and ``nb`` keeps the
+    outputs of every cell run until then."""
+    if nb is None:
+        nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     )
@@ -35,14 +37,21 @@ def execute(path: Path) -> nbformat.NotebookNode:
 
 def run(path: Path, write: bool = True, show: re.Pattern | None = None) -> float:
     start = time.perf_counter()
-    nb = execute(path)
+    nb = nbformat.read(path, as_version=4)
+    try:
+        execute(path, nb)
+    finally:  # what the notebook printed, also when a cell failed
+        if show is not None:
+            for line in output_lines(nb):
+                if show.search(line):
+                    print(f"  {path.name}: {line}", flush=True)
     if write:
         nbformat.write(nb, path)
-    if show is not None:
-        for line in output_lines(nb):
-            if show.search(line):
-                print(f"  {path.name}: {line}")
     return time.perf_counter() - start
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def output_lines(nb: nbformat.NotebookNode) -> list[str]:
@@ -85,10 +94,10 @@ def main(argv: list[str]) -> int:
             if write:
                 raise
             failed.append(path)
-            print(f"FAILED after {time.perf_counter() - start:.1f} s  {path.relative_to(ROOT)}:")
+            print(f"FAILED after {time.perf_counter() - start:.1f} s  {_shown(path)}:")
             print(str(exc)[-4000:], flush=True)
             continue
-        print(f"{seconds:6.1f} s  {path.relative_to(ROOT)}", flush=True)
+        print(f"{seconds:6.1f} s  {_shown(path)}", flush=True)
     return 1 if failed else 0
 
 
