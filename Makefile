@@ -22,7 +22,7 @@ ENGINE_WHY_NOT    = $(shell $(PYTHON) tools/engine_setup.py supported 2>&1)
 # `make test` starts each engine once, not twice.
 ENGINE_NOTEBOOKS := notebooks/labs/lab1-vllm-prefix-caching.ipynb notebooks/labs/lab3-disaggregated-prefill.ipynb
 
-.PHONY: venv engine engine-required book test test-setup kernels-warm test-lane-lib test-lane-book colab-envs test-lib test-kernels test-kernels-quick test-notebooks test-notebooks-built test-notebooks-live test-build test-site bench notebooks serve colab-check colab-check-fast lint clean
+.PHONY: venv engine engine-required book test test-under-load under-load-run test-setup kernels-warm test-lane-lib test-lane-book colab-envs test-lib test-kernels test-kernels-quick test-notebooks test-notebooks-built test-notebooks-live test-build test-site bench notebooks serve colab-check colab-check-fast lint clean
 
 venv: $(STAMP)
 
@@ -172,6 +172,49 @@ test-build: book
 
 test-site: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/site
+
+## The live engine checks with the machine kept busy: the engine labs (executed as the build does,
+## hidden asserts included, outputs not written back) and `pytest tests/engine`, while
+## tools/cpu_load.py keeps LOAD_CORES cores spinning (default: all of them) for at most LOAD_MAX_S
+## seconds. The recipe starts the load, remembers its pid and stops it by that pid when the run
+## ends, also when it fails or is interrupted (the helper also stops by itself at its cap or when
+## the recipe's shell is gone). Run it once per change to the engine or measuring code
+## (lib/kvlab/measure/, the labs' engine cells, tests/engine): see docs/load-review.md.
+LOAD_CORES ?= $(shell nproc 2>/dev/null || echo 2)
+LOAD_MAX_S ?= 3600
+LOAD_PIDFILE ?= build/cpu-load.pid
+UNDER_LOAD_FALLBACKS := build/under-load-fallbacks.log
+# A lab page that fell back on its recording did not run its live part under the load: a failure here.
+# Lab 3's runs get LAB_TIMEOUT_UNDER_LOAD_S each (240 s by default, which a loaded machine can outlast:
+# the page would then show its recording, which is no test of its checks).
+LAB_TIMEOUT_UNDER_LOAD_S ?= 900
+UNDER_LOAD_NOTEBOOKS ?= $(ENGINE_NOTEBOOKS)
+UNDER_LOAD_TESTS ?= tests/engine
+# Every part runs, whatever the one before did; the run fails when any part failed.
+UNDER_LOAD_RUN ?= s=0; \
+	KVLAB_FALLBACK_LOG=$(CURDIR)/$(UNDER_LOAD_FALLBACKS) KVLAB_LAB_TIMEOUT_S=$(LAB_TIMEOUT_UNDER_LOAD_S) \
+	  $(BIN)/python tools/run_notebooks.py --check --show 'timing-dependent|measured on this machine|WARNING' \
+	  $(UNDER_LOAD_NOTEBOOKS) || s=1; \
+	if [ -s $(UNDER_LOAD_FALLBACKS) ]; then \
+	  echo "test-under-load: lab runs fell back on their recordings:"; cat $(UNDER_LOAD_FALLBACKS); s=1; fi; \
+	KVLAB_FALLBACK_LOG=$(CURDIR)/build/test-lib-fallbacks.log \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 $(UNDER_LOAD_TESTS) || s=1; \
+	exit $$s
+
+test-under-load: engine-required $(STAMP) engine
+	@$(MAKE) --no-print-directory under-load-run
+
+# The load and the run, without the prerequisites (tests/test_cpu_load.py drives it with
+# UNDER_LOAD_RUN=false to check that a failed run still stops the load).
+under-load-run:
+	@mkdir -p build && rm -f $(UNDER_LOAD_FALLBACKS) $(LOAD_PIDFILE)
+	@t0=$$(date +%s); \
+	$(PYTHON) tools/cpu_load.py --cores $(LOAD_CORES) --max-seconds $(LOAD_MAX_S) --pidfile $(LOAD_PIDFILE) & \
+	load=$$!; \
+	trap 'kill $$load 2>/dev/null; wait $$load 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	status=0; ( $(UNDER_LOAD_RUN) ) || status=$$?; \
+	echo "== test-under-load: $$(( $$(date +%s) - t0 )) s with $(LOAD_CORES) busy core(s) beside it (exit $$status)"; \
+	exit $$status
 
 ## Speed figures (not tests): simulated requests per second, the demo's recompute time.
 bench: $(STAMP)
