@@ -245,6 +245,7 @@ class Engine:
         scheduled: list[tuple[Request, int]] = []
         preempted = False
         running = self.running
+        bs = cfg.block_size
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
@@ -252,9 +253,9 @@ class Engine:
             if thr:
                 n = min(n, thr)
             n = min(n, budget)
-            need = self._blocks_for(r.num_computed + n) - r.blocks
+            need = -(-(r.num_computed + n) // bs) - r.blocks
             lost = False
-            while need > pool.num_free:
+            while need > 0 and need > pool.num_free:
                 victim = running.pop()
                 self._preempt(victim)
                 preempted = True
@@ -263,13 +264,13 @@ class Engine:
                     break
             if lost:
                 break
-            pool.allocate(need)
-            r.blocks += need
+            if need > 0:
+                pool.allocate(need)
+                r.blocks += need
             scheduled.append((r, n))
             budget -= n
             i += 1
         if not preempted:
-            bs = cfg.block_size
             while self.waiting and budget > 0 and len(running) < cfg.max_num_seqs:
                 r = self.waiting[0]
                 hits: Sequence[Hashable] = ()
@@ -312,6 +313,7 @@ class Engine:
             else:
                 chunks.append((n, r.num_computed))
         dt = self.costs.step_s(chunks, dec_b, dec_ctx)
+        bs = self.config.block_size
         start = self.now
         end = start + dt
         rec = StepRecord(start, end, 1, sum(c[0] for c in chunks), dec_b)
@@ -319,7 +321,7 @@ class Engine:
         for r, n in scheduled:
             old = r.num_computed
             r.num_computed += n
-            if r.keys:
+            if old < len(r.keys) * bs:
                 self._store_full(r, old, r.num_computed)
             if r.num_computed == r.num_tokens:
                 r.num_tokens += 1
@@ -400,7 +402,7 @@ class Engine:
             r.num_computed += k
             r.num_tokens += k
             r.generated += k
-            if r.keys:
+            if old < len(r.keys) * bs:
                 self._store_full(r, old, r.num_computed)
             if r.generated >= r.output_len:
                 done.append(r)
