@@ -101,6 +101,7 @@ MEASURING_CODE: dict[str, tuple[str, ...]] = {
         "serving/procs.py",
         "disagg/nixl_sweep.py",
         "disagg/nixl_worker.py",
+        "disagg/token_match.py",
     ),
 }
 #: Modules fingerprinted for a lab not listed in :data:`MEASURING_CODE`.

@@ -298,6 +298,10 @@ def _lab3_lines(rec: dict) -> list[str]:
         f"  NIXL split on {s['device']}, {s.get('dtype', '?')}, {s['block_size']}-token blocks, "
         f"memory shares {s.get('memory_shares') or 'n/a'}"
     )
+    if s.get("kernels"):
+        lines += _wrap(
+            "  kernels: " + ", ".join(f"{k}={v}" for k, v in sorted(s["kernels"].items()))
+        )
     got = s["bytes"]
     pulled = (
         f"{units.fmt_int(got[0])} B on all {n}"
@@ -308,7 +312,24 @@ def _lab3_lines(rec: dict) -> list[str]:
         f"  bytes pulled per request: {pulled}; formula {units.fmt_int(s['formula_bytes'][0])} B;"
         f" equal on {sum(s['bytes_equal_formula'])} of {n}"
     )
-    lines.append(f"  decode output equals colocated on {sum(s['equal_to_colocated'])} of {n}")
+    exact = sum(s["equal_to_colocated"])
+    if "matches_colocated" in s:
+        ties = [
+            f"prompt {i} tied at token {m['tie_at']}"
+            for i, m in enumerate(s.get("match", []))
+            if m.get("ok") and m.get("tie_at") is not None
+        ]
+        lines += _wrap(
+            f"  decode output matches colocated on {sum(s['matches_colocated'])} of {n} "
+            f"(log-probabilities within {s['logprob_tolerance']:g}; token for token on {exact}"
+            + (f"; {', '.join(ties)}" if ties else "")
+            + ")"
+        )
+        for i, m in enumerate(s.get("match", [])):
+            if not m.get("ok"):
+                lines += _wrap(f"  prompt {i}: {_short(m.get('reason'))}")
+    else:
+        lines.append(f"  decode output equals colocated on {exact} of {n}")
     lines += _wrap(
         f"  control (prompt i with prompt i+1's KV): output differs from colocated on "
         f"{sum(s['control_differs'])} of {len(s['control_differs'])}"
