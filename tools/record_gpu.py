@@ -462,8 +462,9 @@ def record_lab3(
         prompts = pd_split.random_prompts(int(cfg["vocab_size"]), q["prompts"], q["prompt_tokens"])
         live = run_split(model, prompts, max_tokens=q["max_tokens"], device=q["device"])
         summary = pd_split.split_summary(live, beta)
-        kwargs, _ = pd_split.engine_configs(model, q["device"])["prefill"]
+        kwargs, env = pd_split.engine_configs(model, q["device"])["prefill"]
         summary.update(
+            kernels={k: env[k] for k in pd_split.GPU_KERNEL_ENV if k in env},
             recorded=True,
             model=engine.shown(model),
             dtype=kwargs["dtype"],

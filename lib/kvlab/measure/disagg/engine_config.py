@@ -8,7 +8,8 @@ environment on each device.
 - One engine: its ``vllm.LLM`` arguments (:func:`engine_kwargs`), its process environment
   (:func:`engine_env`), the block size per device (:func:`block_size_for`); both live-split
   engines together with ``NixlConnector`` (:func:`nixl_transfer_config`, :func:`engine_configs`).
-- :func:`gpu_here`: whether this Python can run the split on a GPU.
+- :func:`gpu_here`: whether this Python can run the split on a GPU; :func:`gpu_missing` and
+  :func:`gpu_path_note`: what it lacks, what getting it costs and how.
 
 Rules: both devices run fp32 (:data:`DTYPE`), so two engines' outputs compare token for token; the
 CPU backend takes block sizes that are multiples of 32 (:data:`BLOCK_SIZE`), a GPU vLLM's default;
@@ -119,6 +120,9 @@ GPU_FP32_ENV = {"TRITON_F32_DEFAULT": "ieee", "VLLM_FLOAT32_MATMUL_PRECISION": "
 #: capability 9.0 and later (H100, H200, B200), where it is set; elsewhere the comparison's
 #: tolerance (:mod:`kvlab.measure.disagg.token_match`) covers the difference.
 BATCH_INVARIANT_MIN_CAPABILITY = (9, 0)
+
+#: The variables that decide the GPU engines' kernels, which a GPU recording keeps.
+GPU_KERNEL_ENV = ("TRITON_F32_DEFAULT", "VLLM_FLOAT32_MATMUL_PRECISION", "VLLM_BATCH_INVARIANT")
 
 
 def gpu_compute_capability() -> tuple[int, int] | None:
@@ -267,15 +271,56 @@ def engine_configs(
     return out
 
 
-def gpu_here() -> bool:
-    """True when this Python can run the GPU split: vLLM and NIXL import here and torch sees a
-    CUDA GPU (a Colab GPU runtime or a GPU machine with ``requirements-gpu.txt``)."""
+#: What the GPU split costs a reader before and while it runs. Wheel sizes: PyPI's files for
+#: Python 3.12 on Linux x86-64 (vllm-0.32.0 abi3 327 MB, torch-2.13.0 527 MB, nixl_cu13 and
+#: nixl_cu12 1.5.1 59 and 69 MB; torch's CUDA 13 libraries come on top); the model:
+#: Qwen2.5-0.5B-Instruct's ``model.safetensors`` (bf16, 988 MB).
+GPU_INSTALL_COST = (
+    "about 1 GB of wheels for vLLM, torch and NIXL (327, 527 and 128 MB) plus the CUDA libraries "
+    "torch pulls in, several GB on disk, a few minutes on Colab"
+)
+GPU_RUN_COST = (
+    f"the first run downloads {GPU_MODEL} (about 1 GB); both engines take "
+    f"{GPU_MEMORY_SHARE['prefill'] * 100:.0f} % of the GPU's memory each, and the run takes a few minutes"
+)
+
+
+def gpu_missing() -> list[str]:
+    """What this Python lacks for the GPU split ([] when nothing): vLLM, NIXL, a torch that sees a
+    CUDA GPU."""
     import importlib.util
 
-    if not engine.vllm_here() or importlib.util.find_spec("nixl") is None:
-        return False
+    missing = []
+    if not engine.vllm_here():
+        missing.append("vLLM is not installed in this Python")
+    if importlib.util.find_spec("nixl") is None:
+        missing.append("NIXL is not installed in this Python")
     try:
         import torch
     except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
+        missing.append("torch is not installed")
+    else:
+        if not torch.cuda.is_available():
+            missing.append(f"torch {torch.__version__} sees no CUDA GPU")
+    return missing
+
+
+def gpu_here() -> bool:
+    """True when this Python can run the GPU split: vLLM and NIXL import here and torch sees a
+    CUDA GPU (a Colab GPU runtime or a GPU machine with ``requirements-gpu.txt``)."""
+    return not gpu_missing()
+
+
+def gpu_path_note(missing: list[str] | None = None) -> str:
+    """Why the GPU split does not run in this Python, what getting it costs and how (``missing``:
+    :func:`gpu_missing`'s answer; None: ask it). Empty when nothing is missing."""
+    missing = gpu_missing() if missing is None else missing
+    if not missing:
+        return ""
+    return (
+        f"The GPU split does not run here: {'; '.join(missing)}. To run it: on Colab, choose a "
+        "GPU runtime (Runtime > Change runtime type) and run this notebook from the top: its "
+        "set-up cell installs requirements-gpu.txt (vLLM 0.32.0, NIXL 1.5.1, torch 2.13.0: "
+        f"{GPU_INSTALL_COST}); elsewhere `pip install -r requirements-gpu.txt` into Python 3.11 or "
+        f"later beside an NVIDIA driver 580 or newer. Then {GPU_RUN_COST}."
+    )
