@@ -50,12 +50,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
-sys.path.insert(1, str(ROOT / "tools"))
 
-import python_check  # noqa: E402  (standard library only: it runs before kvlab's imports)
 
-if __name__ == "__main__" and python_check.problem():  # a bare Python 3.10 box: say why, stop
-    print(python_check.problem(), file=sys.stderr)
+def _python_problem() -> str | None:
+    """tools/python_check.py's verdict on this Python (standard library only: it runs before
+    kvlab's imports, which a Python too old for the GPU set may not have)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("python_check", ROOT / "tools/python_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.problem()
+
+
+if __name__ == "__main__" and (_why := _python_problem()):  # a bare Python 3.10 box: why, stop
+    print(_why, file=sys.stderr)
     sys.exit(1)
 
 from kvlab import calc, models  # noqa: E402  (after the sys.path line above)

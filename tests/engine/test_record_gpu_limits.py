@@ -312,6 +312,13 @@ def test_a_real_python_3_10_is_refused():
         timeout=60,
     )
     assert proc.returncode == 1 and "Python 3.10.13 is too old" in proc.stderr
+    rec = subprocess.run(
+        [str(py310), str(ROOT / "tools/record_gpu.py"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert rec.returncode == 1 and "Python 3.10.13 is too old" in rec.stderr and not rec.stdout
     ok = subprocess.run(
         [sys.executable, str(ROOT / "tools/python_check.py")],
         capture_output=True,
