@@ -22,7 +22,9 @@ distribution itself, far beyond fp32 rounding, and fails.
 
 :data:`LOGPROB_TOL` states the tolerance per device: on the CPU the two kernels agree to about
 5e-7 (the recorded run), and 1e-5 is kept; on a GPU, 1e-2 nats, two candidates whose probabilities
-are within 1 % of each other, well above fp32's reordering differences and what TF32 would add.
+are within 1 % of each other: far above what reordering fp32 sums moves (the GPU engines run IEEE
+fp32, so TF32 is not in play; no GPU run has measured the gap yet); the lab's control, another
+prompt's KV, is held to this same comparison and must fail it.
 
 Rules: pure functions of plain lists (the values :class:`kvlab.measure.disagg.split_results.Run`
 holds); the same code judges the CPU runs and the GPU runs; nothing here starts a process.
