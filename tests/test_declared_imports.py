@@ -24,12 +24,12 @@ import importlib.util
 import json
 import re
 import sys
+import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import pytest
-import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 # Import names of packages not installed in the book's environment whose distribution is named

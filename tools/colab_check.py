@@ -2,8 +2,8 @@
 
 What it does, from a fresh clone (it needs only ``python3`` and access to PyPI):
 
-1. Finds a Python like Colab's (3.12; then 3.13; else the interpreter running this script, with a
-   warning). Looked for on PATH (``python3.12``) and under ``~/.pyenv/versions/3.12*``; override
+1. Finds a Python like Colab's (3.13; then 3.12; else the interpreter running this script, with a
+   warning). Looked for on PATH (``python3.13``) and under ``~/.pyenv/versions/3.13*``; override
    with ``--python PATH`` or the environment variable ``COLAB_PYTHON``.
 2. Creates ``build/.venv-colab-KEY`` (KEY: a hash of the Python version, the pins and kvlab's
    declared dependencies, so a changed pin or dependency gets a new environment and an unchanged
@@ -44,11 +44,11 @@ the book's other pages do not), and Lab 1 up to and including its set-up cell in
 environment. It also fails when a notebook rewrites a file under ``data/`` (an explorer grid whose
 cache key differs on Colab's Python would be recomputed for minutes).
 
-Why the labs environment uses Python 3.11, not Colab's 3.12: the labs need torch. Colab ships
-torch 2.10.0+cu128 preinstalled; a CPU build is what the CPU path needs, and the only CPU torch
+Why the labs environment uses Python 3.11, not Colab's 3.13: the labs need torch. Colab ships
+torch 2.11.0+cu128 preinstalled; a CPU build is what the CPU path needs, and the only CPU torch
 this project keeps on disk is ``torch-2.13.0+cpu`` for CPython 3.11 (``requirements-labs.txt``
-pins torch 2.13.0). On 3.12, ``pip install torch==2.13.0`` would instead download a multi-GB CUDA
-build from PyPI. So the labs environment trades the Python minor version (3.11 instead of 3.12)
+pins torch 2.13.0). On 3.13, ``pip install torch==2.13.0`` would instead download a multi-GB CUDA
+build from PyPI. So the labs environment trades the Python minor version (3.11 instead of 3.13)
 for a CPU torch without that download; every other pin is Colab's. Before installing, a
 ``pip --dry-run`` checks that the torch pip would take is a local file or a ``+cpu`` build, and
 stops otherwise (on a machine without the local wheel, set
@@ -56,16 +56,19 @@ stops otherwise (on a machine without the local wheel, set
 ``--labs-python PATH`` or ``COLAB_LABS_PYTHON``.
 
 Versions. Colab publishes its runtime's ``pip freeze`` at https://github.com/googlecolab/backend-info
-(``pip-freeze.gpu.txt``; wheels there are ``cp312``, so Python 3.12). The pins below are the
-Python-level packages the notebooks touch, copied from the February 2026 version of that file
-(commit 4647a1d): numpy 2.0.2, pandas 2.2.2, matplotlib 3.10.0, ipywidgets 7.7.1, ipython 7.34.0,
-ipykernel 6.17.1, jupyter_client 7.4.9, traitlets 5.7.1, sympy 1.14.0, tqdm 4.67.3,
-nbclient 0.10.4, nbformat 5.10.4, prometheus_client 0.24.1, altair 5.5.0 (which the explorers'
-``kvlab.explorer`` imports) with its dependencies (and, for the labs, torch's own dependencies).
-Altair is also 5.5.0 in the file's August 2026 version (commit a724079, the first on Python 3.13).
-Every package a notebook or kvlab imports is either declared by kvlab (``lib/pyproject.toml``) or
-pinned here: ``tests/test_declared_imports.py`` fails otherwise. Update ``PINS`` and ``LAB_PINS``
-when Colab moves (the file says what it is).
+(``pip-freeze.gpu.txt``; ``os-info-gpu.txt`` says Python 3.13.15). The pins below are the
+Python-level packages the notebooks touch, copied from that file as of commit a724079
+(2026-08-19, "Upgrade to Python 3.13"; until then, February 2026's commit 4647a1d had Python 3.12,
+numpy 2.0.2 and pandas 2.2.2): numpy 2.1.3, pandas 2.2.3, matplotlib 3.10.0, ipywidgets 7.7.1,
+ipython 7.34.0, ipykernel 6.17.1, jupyter_client 7.4.9, traitlets 5.7.1, sympy 1.14.0,
+tqdm 4.67.3, nbclient 0.10.4, nbformat 5.11.1, prometheus_client 0.26.0, altair 5.5.0 (which the
+explorers' ``kvlab.explorer`` imports) with its dependencies (and, for the labs, torch's own
+dependencies). ``COLAB_GPU_PREINSTALLED`` lists the torch builds the GPU runtime has (torch,
+torchaudio and torchvision ``+cu128``, triton), which ``pip install -r requirements-gpu.txt``
+keeps wherever they satisfy it. Every package a notebook or kvlab imports is either declared by
+kvlab (``lib/pyproject.toml``) or pinned here: ``tests/test_declared_imports.py`` fails
+otherwise. Update ``PINS``, ``LAB_PINS`` and ``COLAB_GPU_PREINSTALLED`` when Colab moves (the
+file says what it is).
 
 Usage: python3 tools/colab_check.py [--fast] [--setup-only] [--no-labs] [--python PATH]
        [--labs-python PATH] [--venv DIR] [--labs-venv DIR] [--recreate] [--envs-only]
@@ -87,18 +90,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COLAB_PYTHONS = ("3.12", "3.13")
+COLAB_PYTHONS = ("3.13", "3.12")
 LABS_PYTHONS = ("3.11",)  # the local CPU torch wheel is cp311; see the docstring
 
-# From googlecolab/backend-info pip-freeze.gpu.txt (February 2026, Python 3.12).
+# From googlecolab/backend-info pip-freeze.gpu.txt (commit a724079, 2026-08-19, Python 3.13).
 PINS = {
-    "numpy": "2.0.2",
-    "pandas": "2.2.2",
+    "numpy": "2.1.3",
+    "pandas": "2.2.3",
     "matplotlib": "3.10.0",
     "ipywidgets": "7.7.1",
     "notebook": "6.5.7",  # widgetsnbextension 3 needs notebook; unpinned, pip takes 7 + jupyterlab
     "nbclassic": "1.3.3",
-    "jupyter_server": "2.14.0",
+    "jupyter_server": "2.20.0",
     "widgetsnbextension": "3.6.10",
     "jupyterlab_widgets": "3.0.16",
     "ipython": "7.34.0",
@@ -106,38 +109,47 @@ PINS = {
     "jupyter_client": "7.4.9",
     "jupyter_core": "5.9.1",
     "traitlets": "5.7.1",
-    "matplotlib-inline": "0.2.1",
-    "tornado": "6.5.1",
+    "matplotlib-inline": "0.2.2",
+    "tornado": "6.5.7",
     "pyzmq": "26.2.1",
     "sympy": "1.14.0",
     "tqdm": "4.67.3",
     "nbclient": "0.10.4",
-    "nbformat": "5.10.4",
+    "nbformat": "5.11.1",
     "PyYAML": "6.0.3",
-    "xxhash": "3.6.0",
+    "xxhash": "4.0.1",
     "python-dateutil": "2.9.0.post0",
     "pytz": "2025.2",
-    "tzdata": "2025.3",
-    "prometheus_client": "0.24.1",  # kvlab.measure.serving.prom uses its parser when present
+    "tzdata": "2026.3",
+    "prometheus_client": "0.26.0",  # kvlab.measure.serving.prom uses its parser when present
     # kvlab.explorer and kvlab.explorer_p22 build the explorers' Vega-Lite specs with Altair
     "altair": "5.5.0",
-    "narwhals": "2.17.0",
+    "narwhals": "2.24.0",
     "jsonschema": "4.26.0",
     "jsonschema-specifications": "2025.9.1",
     "referencing": "0.37.0",
-    "rpds-py": "0.30.0",
-    "attrs": "25.4.0",
+    "rpds-py": "2026.6.3",
+    "attrs": "26.1.0",
     "Jinja2": "3.1.6",
     "MarkupSafe": "3.0.3",
-    "packaging": "26.0",
-    "typing_extensions": "4.15.0",
+    "packaging": "26.3",
+    "typing_extensions": "4.16.0",
 }
-# The labs environment: PINS, plus torch (not Colab's 2.10.0+cu128: the local CPU build, see the
+# What a Colab GPU runtime has installed of the GPU set's packages (the same file): pip keeps any
+# of them that satisfies requirements-gpu.txt, so the GPU set's resolution check
+# (tests/engine/test_gpu_requirements.py) takes them as installed, not as absent.
+COLAB_GPU_PREINSTALLED = {
+    "torch": "2.11.0+cu128",
+    "torchaudio": "2.11.0+cu128",
+    "torchvision": "0.26.0+cu128",
+    "triton": "3.6.0",
+}
+# The labs environment: PINS, plus torch (not Colab's 2.11.0+cu128: the local CPU build, see the
 # docstring) and torch's dependencies at Colab's versions.
 LAB_PINS = {
     **PINS,
     "torch": "2.13.0",
-    "filelock": "3.24.3",
+    "filelock": "3.32.3",
     "fsspec": "2025.3.0",
     "mpmath": "1.3.0",
     "networkx": "3.6.1",

@@ -34,8 +34,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
+import os
 import platform
 import shlex
+import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +51,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
+
+def _python_problem() -> str | None:
+    """tools/python_check.py's verdict on this Python (standard library only: it runs before
+    kvlab's imports, which a Python too old for the GPU set may not have)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("python_check", ROOT / "tools/python_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.problem()
+
+
+if __name__ == "__main__" and (_why := _python_problem()):  # a bare Python 3.10 box: why, stop
+    print(_why, file=sys.stderr)
+    sys.exit(1)
+
 from kvlab import calc, models  # noqa: E402  (after the sys.path line above)
 from kvlab.measure import discover  # noqa: E402
 from kvlab.measure.disagg import pd_split  # noqa: E402
@@ -55,6 +75,7 @@ from kvlab.measure.prefix import runs  # noqa: E402
 from kvlab.measure.prefix.engine_jobs import LAB1_FLEET, LAB1_REPLAY  # noqa: E402
 from kvlab.measure.recording import results  # noqa: E402
 from kvlab.measure.serving import engine  # noqa: E402
+from kvlab.measure.serving.deadline import TimeLimit, time_limit  # noqa: E402
 from kvlab.measure.transfer import copies  # noqa: E402
 from kvlab.measure.transfer import distributed as transfer  # noqa: E402
 
@@ -99,8 +120,26 @@ def driver_problem(driver: str | None, torch_cuda: str | None) -> str | None:
     )
 
 
+#: Environment variable naming the commit a recording was made from where the copy of the
+#: repository has no ``.git`` (a tarball, a copied working tree).
+COMMIT_ENV = "KVLAB_COMMIT"
+
+
 def git_commit() -> str | None:
-    """This checkout's commit (short), with ``-dirty`` when files differ from it."""
+    """This checkout's commit (short), with ``-dirty`` when files differ from it; without a
+    ``.git`` (or a ``git`` that answers), ``$KVLAB_COMMIT``; None when neither says."""
+    from_git = _git_commit() if (ROOT / ".git").exists() else None
+    return from_git or os.environ.get(COMMIT_ENV, "").strip() or None
+
+
+def commit_source() -> str | None:
+    """Where :func:`git_commit`'s answer comes from: ``git``, ``$KVLAB_COMMIT``, or None."""
+    if (ROOT / ".git").exists() and _git_commit():
+        return "git"
+    return f"${COMMIT_ENV}" if os.environ.get(COMMIT_ENV, "").strip() else None
+
+
+def _git_commit() -> str | None:
     try:
         head = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
@@ -147,6 +186,7 @@ def machine_block(d, command: str, dry_run: bool = False) -> dict:
         "colab": d.colab,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "commit": git_commit(),
+        "commit_from": commit_source(),
         "date": dt.date.today().isoformat(),
         "recorded_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": command,
@@ -181,10 +221,12 @@ def prefill_sweep(model, tokens_list, repeats):
     gen = torch.Generator().manual_seed(0)
     vocab = model.shape["vocab"]
     rows = []
-    model(torch.randint(0, vocab, (min(512, min(tokens_list)),), generator=gen))  # warm-up
     for t in tokens_list:
         ids = torch.randint(0, vocab, (t,), generator=gen)
         try:
+            # a warm-up at each length: the kernels (and their workspaces) differ by shape, and
+            # the first call at a new length pays for choosing and loading them
+            _timed(lambda ids=ids: model(ids), 1)
             s, times = _timed(lambda ids=ids: model(ids), repeats)
         except torch.cuda.OutOfMemoryError as exc:
             rows.append({"tokens": t, "skipped": f"out of memory: {exc}".splitlines()[0]})
@@ -245,6 +287,126 @@ def _error(exc: BaseException) -> dict:
         "reason": f"{type(exc).__name__}: {exc}",
         "traceback": traceback.format_exc()[-2000:],
     }
+
+
+#: The parts of a recording, each run on its own and under its own time limit.
+PARTS = (
+    "lab2.copies",
+    "lab2.send_recv",
+    "lab2.prefill",
+    "lab1.torch_prefix_reuse",
+    "lab1.vllm",
+    "lab1.vllm_serving",
+    "lab3.nixl_split",
+)
+#: Seconds each part took in the CPU dry run, measured with
+#: ``/usr/bin/time -v .venv/bin/python tools/record_gpu.py --dry-run --out DIR`` (Labs 1, 2 and 3
+#: in one recorder, 271 s in all, 4 min 38 s with its start) on this project's 2-core build
+#: machine while other jobs loaded it, 2026-12-05 (every recording keeps its own in ``part_s``).
+DRY_RUN_PART_S = {
+    "lab2.copies": 0.4,
+    "lab2.send_recv": 9.7,
+    "lab2.prefill": 2.3,
+    "lab1.torch_prefix_reuse": 1.1,
+    "lab1.vllm": 81.9,
+    "lab1.vllm_serving": 122.9,
+    "lab3.nixl_split": 52.8,
+}
+#: A GPU part may take this many times its dry run's time ...
+LIMIT_MARGIN = 3.0
+#: ... plus this much where it starts vLLM: on a GPU the first engine downloads the model (about
+#: 1 GB for Qwen2.5-0.5B) and every engine initialises CUDA and profiles the GPU's memory, none of
+#: which the CPU dry run does.
+ENGINE_ALLOWANCE_S = 180.0
+ENGINE_PARTS = ("lab1.vllm", "lab1.vllm_serving", "lab3.nixl_split")
+#: No part gets less: the GPU's sizes are far larger than the dry run's (Lab 2 copies up to 64K
+#: tokens of Llama 3 8B's KV, 8.6 GB, where the dry run copies 4K tokens of Qwen2.5-0.5B's, 50 MB),
+#: which the GPU's speed does not make up for in the copies through pageable host memory.
+MIN_LIMIT_S = 120.0
+
+
+def part_limit_s(part: str) -> float:
+    """The time limit of ``part`` on a GPU: :data:`LIMIT_MARGIN` times its dry run's seconds,
+    plus :data:`ENGINE_ALLOWANCE_S` where it starts vLLM, at least :data:`MIN_LIMIT_S`."""
+    if part not in DRY_RUN_PART_S:
+        raise ValueError(f"part must be one of {sorted(DRY_RUN_PART_S)}, got {part!r}")
+    extra = ENGINE_ALLOWANCE_S if part in ENGINE_PARTS else 0.0
+    return max(MIN_LIMIT_S, math.ceil(LIMIT_MARGIN * DRY_RUN_PART_S[part] + extra))
+
+
+def limit_text(part: str, limit_s: float) -> str:
+    """How ``part``'s limit was set, for the row of a part that ran past it."""
+    if part not in DRY_RUN_PART_S or limit_s != part_limit_s(part):
+        return f"limit {limit_s:g} s"
+    extra = f" + {ENGINE_ALLOWANCE_S:g} s to start vLLM" if part in ENGINE_PARTS else ""
+    return (
+        f"limit {limit_s:g} s: {LIMIT_MARGIN:g} x the CPU dry run's "
+        f"{DRY_RUN_PART_S[part]:g} s{extra}, at least {MIN_LIMIT_S:g} s"
+    )
+
+
+def gpu_limits(labs: list[str]) -> dict[str, float]:
+    """Every part's limit for the labs in ``labs`` (:func:`part_limit_s`)."""
+    return {p: part_limit_s(p) for p in PARTS if p.split(".")[0] in labs}
+
+
+#: Seconds a recorder process needs beyond its parts' limits (imports, the model's set-up,
+#: writing the files): ``gpu_day.sh`` stops a recorder only after the parts' limits and this.
+START_AND_SAVE_S = 120.0
+
+
+def run_part(
+    rec: dict,
+    key: str,
+    part: str,
+    fn: Callable[[], object],
+    limit_s: float | None,
+    save: Callable[[dict], object] | None = None,
+    as_row: Callable[[dict], object] | None = None,
+) -> object:
+    """``rec[key] = fn()``, run under ``limit_s`` seconds (None: no limit), the part's seconds in
+    ``rec["part_s"][part]``. Before it starts, ``rec[key]`` holds a row saying the part did not
+    finish, and ``save(rec)`` writes it: a recorder stopped from outside (``gpu_day.sh``'s
+    ``timeout``, a hung call into C that the limit's alarm cannot interrupt) leaves that row and
+    its reason. A part past its limit is stopped (:func:`kvlab.measure.serving.deadline.time_limit`)
+    and recorded as not run, with the limit and how it was set; a failing part with its error.
+    ``as_row`` turns such a row into the part's own shape (a list of rows for Lab 2's copies)."""
+    shape = as_row or (lambda row: row)
+    rec[key] = shape(
+        {
+            "recorded": False,
+            "reason": f"not finished: the recorder was stopped while this part ran "
+            f"({limit_text(part, limit_s) if limit_s else 'no limit'})",
+            "killed": True,
+        }
+    )
+    if save is not None:
+        save(rec)
+    t0 = time.time()
+    try:
+        with time_limit(limit_s, f"part {part}"):
+            value = fn()
+    except TimeLimit as exc:
+        value = shape(
+            {
+                "recorded": False,
+                "reason": f"{exc} ({limit_text(part, exc.limit_s)})",
+                "timed_out": True,
+            }
+        )
+    except Exception as exc:  # noqa: BLE001 - record the failure, keep going
+        value = shape(_error(exc))
+    elapsed = time.time() - t0
+    if isinstance(value, dict):
+        value.setdefault("elapsed_s", elapsed)
+        if limit_s:
+            value["limit_s"] = limit_s
+    rec[key] = value
+    rec.setdefault("part_s", {})[part] = elapsed
+    if save is not None:
+        save(rec)
+    print(f"{part}: {elapsed:.0f} s" + (f" (limit {limit_s:g} s)" if limit_s else ""))
+    return value
 
 
 def plan(gpu: bool, quick: bool, dry_run: bool) -> dict:
@@ -338,45 +500,79 @@ def make_prefill_model(d, p: dict):
     return model, shape.name, dtype
 
 
-def record_lab2(d, p: dict, machine: dict, model, model_shape: str, dtype) -> dict:
-    """Lab 2's parts, each on its own (a failed part is recorded with its reason)."""
+def record_lab2(
+    d,
+    p: dict,
+    machine: dict,
+    model,
+    model_shape: str,
+    dtype,
+    limits: dict | None = None,
+    save: Callable[[dict], object] | None = None,
+) -> dict:
+    """Lab 2's parts, each on its own (:func:`run_part`: a failed part, or one past its limit in
+    ``limits``, is recorded with its reason; ``save`` writes the record before and after each)."""
+    limits = limits or {}
     shape = p["copy_shape"]
     lab2: dict = {
         "machine": machine,
         "shape": shape.name,
         "kv_bytes_per_token": calc.model_kv_bytes_per_token(shape),
     }
-    t0 = time.time()
-    try:
+
+    def copy_part():
         res, skipped = copies.kv_copy_sweep(shape, p["copy_tokens"], repeats=p["repeats"], warmup=2)
-        lab2["copies"] = [r.as_dict() for r in res]
         lab2["copies_skipped"] = [{"kind": k, "tokens": t, "reason": why} for k, t, why in skipped]
-    except Exception as exc:  # noqa: BLE001 - record the failure, keep going
-        lab2["copies"] = [{"kind": "all", "error": f"{type(exc).__name__}: {exc}"}]
-    print(f"copies: {len(lab2['copies'])} rows in {time.time() - t0:.0f} s")
+        return [r.as_dict() for r in res]
+
+    run_part(
+        lab2,
+        "copies",
+        "lab2.copies",
+        copy_part,
+        limits.get("lab2.copies"),
+        save,
+        as_row=lambda row: [{"kind": "all", "error": row["reason"]}],
+    )
     per_token = calc.model_kv_bytes_per_token(models.QWEN25_05B if d.device != "cuda" else shape)
     sizes = [int(calc.kv_bytes(t, per_token)) for t in p["send_tokens"]]
-    lab2["send_recv"] = []
-    for backend in (["nccl"] if d.gpu_count >= 2 else []) + ["gloo"]:
-        try:
-            rows = transfer.send_recv(sizes, backend=backend, repeats=p["repeats"], timeout_s=300)
-            lab2["send_recv"] += [r.as_dict() for r in rows]
-        except Exception as exc:  # noqa: BLE001 - record the failure, keep going
-            lab2["send_recv"].append({"backend": backend, "error": f"{type(exc).__name__}: {exc}"})
+
+    def send_part():
+        rows: list = []
+        for backend in (["nccl"] if d.gpu_count >= 2 else []) + ["gloo"]:
+            try:
+                got = transfer.send_recv(
+                    sizes, backend=backend, repeats=p["repeats"], timeout_s=300
+                )
+                rows += [r.as_dict() for r in got]
+            except TimeLimit:
+                raise
+            except Exception as exc:  # noqa: BLE001 - record the failure, keep going
+                rows.append({"backend": backend, "error": f"{type(exc).__name__}: {exc}"})
+        return rows
+
+    run_part(
+        lab2,
+        "send_recv",
+        "lab2.send_recv",
+        send_part,
+        limits.get("lab2.send_recv"),
+        save,
+        as_row=lambda row: [{"backend": "all", "error": row["reason"]}],
+    )
     if d.gpu_count < 2:
         lab2["nccl"] = {"recorded": False, "reason": "one GPU: NCCL send/recv needs two"}
-    t0 = time.time()
-    try:
-        lab2["prefill"] = {
+
+    def prefill_part():
+        return {
             "shape": model_shape,
             "dtype": str(dtype),
             "params": model.params,
             "kv_bytes_per_token": model.kv_bytes_per_token,
             "rows": prefill_sweep(model, p["prefill_tokens"], max(2, p["repeats"] // 2)),
         }
-    except Exception as exc:  # noqa: BLE001
-        lab2["prefill"] = _error(exc)
-    print(f"prefill sweep in {time.time() - t0:.0f} s")
+
+    run_part(lab2, "prefill", "lab2.prefill", prefill_part, limits.get("lab2.prefill"), save)
     return lab2
 
 
@@ -389,47 +585,58 @@ def record_lab1(
     skip_vllm: str | None = None,
     on_part: Callable[[dict], object] | None = None,
     release: Callable[[], object] | None = None,
+    limits: dict | None = None,
 ) -> dict:
-    """Lab 1's parts, each in its own ``try``: the PyTorch prefix reuse (``torch_part``), the
-    offline engine (the ``lab1`` job) and the servers (the ``serving`` job). A failing part is
-    recorded with its reason and never takes the figures of another with it. ``skip_vllm``: the
-    reason the vLLM parts are not run (None: run them). ``on_part`` is called with the record
-    after each part (the recorder saves it, so a run stopped later keeps what was done)."""
+    """Lab 1's parts, each on its own (:func:`run_part`): the PyTorch prefix reuse
+    (``torch_part``), the offline engine (the ``lab1`` job) and the servers (the ``serving`` job).
+    A failing part, or one past its limit in ``limits``, is recorded with its reason and never
+    takes the figures of another with it. ``skip_vllm``: the reason the vLLM parts are not run
+    (None: run them). ``on_part`` is called with the record before and after each part (the
+    recorder saves it, so a run stopped later keeps what was done and says what was not)."""
+    limits = limits or {}
     lab1: dict = {"machine": machine}
     if torch_part is not None:
-        try:
-            lab1["torch_prefix_reuse"] = torch_part()
-        except Exception as exc:  # noqa: BLE001 - record the failure, keep going
-            lab1["torch_prefix_reuse"] = _error(exc)
+        run_part(
+            lab1,
+            "torch_prefix_reuse",
+            "lab1.torch_prefix_reuse",
+            torch_part,
+            limits.get("lab1.torch_prefix_reuse"),
+            on_part,
+        )
     if release is not None:
         release()  # the PyTorch model's GPU memory goes back before vLLM measures what is free
     if skip_vllm:
         lab1["vllm"] = {"recorded": False, "reason": skip_vllm}
         lab1["vllm_serving"] = {"recorded": False, "reason": skip_vllm}
         return lab1
-    t0 = time.time()
-    try:
-        out = run_job("lab1", p["lab1"], in_process=in_process, timeout_s=1800)
-        out["recorded"] = True
-        lab1["vllm"] = out
+
+    def job(name: str, part: str) -> Callable[[], dict]:
+        def go() -> dict:
+            # a subprocess job is stopped at the same limit from outside
+            out = run_job(name, p[name], in_process=in_process, timeout_s=limits.get(part) or 1800)
+            out["recorded"] = True
+            return out
+
+        return go
+
+    out = run_part(
+        lab1, "vllm", "lab1.vllm", job("lab1", "lab1.vllm"), limits.get("lab1.vllm"), on_part
+    )
+    if isinstance(out, dict) and out.get("recorded"):
         model = out.get("engine_kwargs", {}).get("model")
         machine["model"] = engine.shown(model) if model else None
         machine["model_revision"] = out.get("model_revision")
         machine["vllm"] = out.get("vllm", machine.get("vllm"))
-    except Exception as exc:  # noqa: BLE001 - record the failure, keep going
-        lab1["vllm"] = _error(exc)
-    lab1["vllm"]["elapsed_s"] = time.time() - t0
-    if on_part is not None:
-        on_part(lab1)
     print(f"vLLM engine: {'recorded' if lab1['vllm'].get('recorded') else 'FAILED'}")
-    t0 = time.time()
-    try:
-        out = run_job("serving", p["serving"], in_process=in_process, timeout_s=1800)
-        out["recorded"] = True
-        lab1["vllm_serving"] = out
-    except Exception as exc:  # noqa: BLE001 - record the failure, the engine's figures stay
-        lab1["vllm_serving"] = _error(exc)
-    lab1["vllm_serving"]["elapsed_s"] = time.time() - t0
+    run_part(
+        lab1,
+        "vllm_serving",
+        "lab1.vllm_serving",
+        job("serving", "lab1.vllm_serving"),
+        limits.get("lab1.vllm_serving"),
+        on_part,
+    )
     print(f"vLLM serving: {'recorded' if lab1['vllm_serving'].get('recorded') else 'FAILED'}")
     return lab1
 
@@ -440,12 +647,16 @@ def record_lab3(
     run_split: Callable[..., pd_split.NixlSplit] = pd_split.run_nixl_split,
     config: Callable[[str], dict] = pd_split.model_config,
     skip: str | None = None,
+    limits: dict | None = None,
+    save: Callable[[dict], object] | None = None,
 ) -> dict:
     """Lab 3's live split (``p["lab3"]``), recorded with the fields the lab page reads
-    (:func:`kvlab.measure.disagg.pd_split.split_summary` plus the configuration: device, dtype, memory
-    shares, ``kv_transfer_config``); a failure is recorded with its reason."""
+    (:func:`kvlab.measure.disagg.pd_split.split_summary` plus the configuration: device, dtype,
+    memory shares, ``kv_transfer_config``, the kernel settings); a failure, or a run past its
+    limit in ``limits``, is recorded with its reason (:func:`run_part`)."""
     from kvlab.measure.prefix.engine_jobs import model_revision
 
+    limit = (limits or {}).get("lab3.nixl_split")
     q = p["lab3"]
     model = str(q["model"] or engine.TINY_MODEL_DIR)
     lab3: dict = {"machine": machine}
@@ -453,17 +664,19 @@ def record_lab3(
     if skip:
         lab3["nixl_split"] = {"recorded": False, "reason": skip}
         return lab3
-    t0 = time.time()
-    try:
+
+    def split_part() -> dict:
         machine["model_revision"] = model_revision(model)
         cfg = config(model)
         shape = pd_split.shape_from_dict(cfg, Path(model).name)
         beta = calc.kv_bytes_per_token(shape.layers, shape.kv_heads, shape.head_dim, 4)
         prompts = pd_split.random_prompts(int(cfg["vocab_size"]), q["prompts"], q["prompt_tokens"])
-        live = run_split(model, prompts, max_tokens=q["max_tokens"], device=q["device"])
+        wait = {"timeout_s": limit} if limit else {}  # the engines' own waits end there too
+        live = run_split(model, prompts, max_tokens=q["max_tokens"], device=q["device"], **wait)
         summary = pd_split.split_summary(live, beta)
-        kwargs, _ = pd_split.engine_configs(model, q["device"])["prefill"]
+        kwargs, env = pd_split.engine_configs(model, q["device"])["prefill"]
         summary.update(
+            kernels={k: env[k] for k in pd_split.GPU_KERNEL_ENV if k in env},
             recorded=True,
             model=engine.shown(model),
             dtype=kwargs["dtype"],
@@ -472,12 +685,116 @@ def record_lab3(
             max_tokens=q["max_tokens"],
             split=live.as_dict(),
         )
-        lab3["nixl_split"] = summary
-    except Exception as exc:  # noqa: BLE001 - record the failure
-        lab3["nixl_split"] = _error(exc)
-    lab3["nixl_split"]["elapsed_s"] = time.time() - t0
+        return summary
+
+    run_part(lab3, "nixl_split", "lab3.nixl_split", split_part, limit, save)
     print(f"Lab 3 NIXL split: {'recorded' if lab3['nixl_split'].get('recorded') else 'FAILED'}")
     return lab3
+
+
+#: Where a hub model comes from when it is not in the Hugging Face cache.
+HUB_HOST = ("huggingface.co", 443)
+
+
+def hub_reachable(timeout_s: float = 5.0) -> bool:
+    """Whether huggingface.co answers on port 443 (False with ``HF_HUB_OFFLINE=1``)."""
+    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
+        return False
+    try:
+        with socket.create_connection(HUB_HOST, timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def model_problem(model: str, reachable: Callable[[], bool] = hub_reachable) -> str | None:
+    """Why the vLLM parts cannot load ``model`` here (None when they can): a local folder
+    without ``config.json``, or a hub id neither in the Hugging Face cache nor downloadable."""
+    if engine.is_local_model(model):
+        ok = (Path(model) / "config.json").is_file()
+        return None if ok else f"model folder {model} has no config.json"
+    try:
+        from huggingface_hub import try_to_load_from_cache  # type: ignore[import-not-found]
+
+        cached = try_to_load_from_cache(model, "config.json")
+    except ImportError:
+        cached = None
+    if isinstance(cached, str):
+        return None
+    if reachable():
+        return None
+    return (
+        f"model {model} is not in the Hugging Face cache and huggingface.co cannot be reached "
+        "(no network): copy the model to this machine and pass --vllm-model DIR"
+    )
+
+
+def capabilities(
+    d,
+    p: dict,
+    labs: list[str],
+    dry_run: bool,
+    no_vllm: bool = False,
+    vllm_here: Callable[[], bool] = engine.vllm_here,
+    nixl_here: Callable[[], bool] | None = None,
+    reachable: Callable[[], bool] = hub_reachable,
+) -> dict[str, str | None]:
+    """For each part of ``labs``: None when this machine can record it, else why not (what the
+    recorder says at its start, and records for the parts it skips). Lab 2 and Lab 1's PyTorch
+    part need torch only; the vLLM parts need vLLM and the model (in the Hugging Face cache, a
+    local folder, or the network); Lab 3 also needs NIXL."""
+    import importlib.util
+
+    if nixl_here is None:
+        nixl_here = lambda: importlib.util.find_spec("nixl") is not None  # noqa: E731
+    out: dict[str, str | None] = {}
+    vllm_why: str | None = None
+    if no_vllm:
+        vllm_why = "skipped by --no-vllm"
+    elif dry_run:
+        vllm_why = recorded_why_not()
+    elif not vllm_here():
+        vllm_why = "vLLM is not installed in this Python (pip install -r requirements-gpu.txt)"
+    model_why: dict[str, str | None] = {}
+    for part in PARTS:
+        lab = part.split(".")[0]
+        if lab not in labs:
+            continue
+        if part not in ENGINE_PARTS:
+            out[part] = None
+            continue
+        why = vllm_why
+        if why is None and part == "lab3.nixl_split" and not dry_run and not nixl_here():
+            why = "NIXL is not installed in this Python (pip install -r requirements-gpu.txt)"
+        if why is None and not dry_run:
+            model = str((p["lab3"] if lab == "lab3" else p["lab1"])["model"])
+            if model not in model_why:
+                model_why[model] = model_problem(model, reachable)
+            why = model_why[model]
+        if why is None and lab == "lab3" and not dry_run and d.device != "cuda":
+            why = "no CUDA GPU here"
+        out[part] = why
+    return out
+
+
+def recorded_why_not() -> str | None:
+    """The dry run's engine parts need the engine environment and the tiny model."""
+    from kvlab.measure.recording import recorded
+
+    return recorded.why_not_here()
+
+
+def capability_lines(can: dict[str, str | None]) -> list[str]:
+    """What :func:`capabilities` found, as the lines the recorder prints at its start."""
+    lines = ["What this run can record here:"]
+    for part, why in can.items():
+        lines.append(f"  {part}: " + ("yes" if why is None else f"no: {why}"))
+    if any(why for why in can.values()):
+        lines.append(
+            "  (parts marked no are written as not recorded, with that reason; a machine without"
+            " network and without vLLM and NIXL records Lab 2 and Lab 1's PyTorch part only)"
+        )
+    return lines
 
 
 def main(argv=None) -> int:
@@ -495,11 +812,20 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--labs", default="lab1,lab2,lab3", help="which labs to record (default: all three)"
     )
+    ap.add_argument(
+        "--total-limit",
+        action="store_true",
+        help="print the seconds a recorder of --labs may take (its parts' limits and "
+        f"{START_AND_SAVE_S:g} s to start and save; what gpu_day.sh gives it) and exit",
+    )
     args = ap.parse_args(argv)
     labs = [x.strip() for x in args.labs.split(",") if x.strip()]
     for lab in labs:
         if lab not in results.LABS:
             ap.error(f"--labs takes {', '.join(results.LABS)}, got {lab!r}")
+    if args.total_limit:
+        print(math.ceil(sum(gpu_limits(labs).values()) + START_AND_SAVE_S))
+        return 0
     command = "python tools/record_gpu.py " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
     )
@@ -517,6 +843,12 @@ def main(argv=None) -> int:
     p = plan(d.device == "cuda", args.quick, args.dry_run)
     if args.vllm_model:
         p["lab1"]["model"] = p["serving"]["model"] = p["lab3"]["model"] = args.vllm_model
+    can = capabilities(d, p, labs, args.dry_run, no_vllm=args.no_vllm)
+    print("\n".join(capability_lines(can)))
+    # the dry run is where the parts' times are measured: it runs without limits
+    limits = None if args.dry_run else gpu_limits(labs)
+    if limits:
+        print("time limits: " + ", ".join(f"{k} {v:g} s" for k, v in limits.items()))
     machine = machine_block(d, command.strip(), dry_run=args.dry_run)
     date = machine["date"]
     gpu_name = d.gpu_name or "cpu"
@@ -526,18 +858,19 @@ def main(argv=None) -> int:
     if "lab1" in labs or "lab2" in labs:
         held["model"], model_shape, dtype = make_prefill_model(d, p)
     written = []
+
+    def saver(lab: str) -> Callable[[dict], object]:
+        return lambda rec: results.save_results(lab, rec, gpu_name, date, out_dir)
+
     if "lab2" in labs:
-        lab2 = record_lab2(d, p, dict(machine), held["model"], model_shape, dtype)
+        lab2 = record_lab2(
+            d, p, dict(machine), held["model"], model_shape, dtype, limits, saver("lab2")
+        )
         lab2["elapsed_s"] = time.time() - start
         written.append(results.save_results("lab2", lab2, gpu_name, date, out_dir))
         print(f"wrote {written[-1]}")
     if "lab1" in labs:
-        if args.no_vllm:
-            skip = "skipped by --no-vllm"
-        elif not args.dry_run and not engine.vllm_here():
-            skip = "vllm not installed in this Python (pip install -r requirements-gpu.txt)"
-        else:
-            skip = None
+        skip = can.get("lab1.vllm") or can.get("lab1.vllm_serving")
 
         def torch_part():
             return prefix_reuse(held["model"], model_shape, p["repeats"], p["reuse_system_tokens"])
@@ -547,17 +880,15 @@ def main(argv=None) -> int:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
-        def save(lab1: dict) -> object:
-            return results.save_results("lab1", lab1, gpu_name, date, out_dir)
-
         lab1 = record_lab1(
             dict(machine),
             p,
             in_process=not args.dry_run,
             torch_part=torch_part,
             skip_vllm=skip,
-            on_part=save,
+            on_part=saver("lab1"),
             release=release,
+            limits=limits,
         )
         written.append(results.save_results("lab1", lab1, gpu_name, date, out_dir))
         print(f"wrote {written[-1]}")
@@ -565,15 +896,9 @@ def main(argv=None) -> int:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     if "lab3" in labs:
-        if args.no_vllm:
-            skip3 = "skipped by --no-vllm"
-        elif not args.dry_run and not pd_split.gpu_here():
-            skip3 = (
-                "vllm or nixl not installed in this Python (pip install -r requirements-gpu.txt)"
-            )
-        else:
-            skip3 = None
-        lab3 = record_lab3(dict(machine), p, skip=skip3)
+        lab3 = record_lab3(
+            dict(machine), p, skip=can.get("lab3.nixl_split"), limits=limits, save=saver("lab3")
+        )
         written.append(results.save_results("lab3", lab3, gpu_name, date, out_dir))
         print(f"wrote {written[-1]}")
     print(f"{time.time() - start:.0f} s in all")

@@ -25,6 +25,16 @@ class GPU:
     pcie_bidir_bytes_per_s: float
     dense_fp16_flops: float
     source: str
+    #: The link between this GPU and its host's memory, where it is not PCIe (a Grace Hopper
+    #: superchip's NVLink-C2C): its both-directions figure and its name; None: PCIe.
+    host_link_bidir_bytes_per_s: float | None = None
+    host_link: str = "PCIe"
+
+    @property
+    def host_one_way_bytes_per_s(self) -> float:
+        """One direction of the link host<->GPU copies take: PCIe, or the host link."""
+        bidir = self.host_link_bidir_bytes_per_s or self.pcie_bidir_bytes_per_s
+        return one_way(bidir)
 
     @property
     def nvlink_one_way_bytes_per_s(self) -> float | None:
@@ -67,6 +77,40 @@ H200 = GPU(
     128 * GB,
     989 * TFLOPS,
     "NVIDIA H200 product page (nvidia.com/en-us/data-center/h200)",
+)
+#: Grace Hopper: an H100-class GPU and a Grace CPU on one module, joined by NVLink-C2C (900 GB/s
+#: both ways, seven times PCIe Gen5 x16), so host<->GPU copies are not PCIe copies. GH200 with
+#: 96 GB of HBM3 at 4 TB/s (the "480GB" module, with 480 GB of LPDDR5X), or 144 GB of HBM3e at
+#: 4.9 TB/s; 989 TFLOPS dense fp16 (1,979 with sparsity), as the H100 SXM; NVLink 4 to other
+#: GPUs; PCIe Gen5 x16 links for the NICs. Not in :data:`GPUS` (the book's table of the GPUs its
+#: chapters use): :func:`find_gpu` names it so that a recording made on one is compared with its
+#: own links.
+_GH200_PAGE = (
+    "NVIDIA GH200 Grace Hopper Superchip product page and datasheet "
+    "(nvidia.com/en-us/data-center/grace-hopper-superchip): NVLink-C2C 900 GB/s, 96 GB HBM3 "
+    "4 TB/s or 144 GB HBM3e 4.9 TB/s"
+)
+GH200 = GPU(
+    "GH200",
+    96 * GB,
+    4.0 * TB,
+    900 * GB,
+    128 * GB,
+    989 * TFLOPS,
+    _GH200_PAGE,
+    host_link_bidir_bytes_per_s=900 * GB,
+    host_link="NVLink-C2C",
+)
+GH200_144GB = GPU(
+    "GH200 144GB",
+    144 * GB,
+    4.9 * TB,
+    900 * GB,
+    128 * GB,
+    989 * TFLOPS,
+    _GH200_PAGE,
+    host_link_bidir_bytes_per_s=900 * GB,
+    host_link="NVLink-C2C",
 )
 A100_80GB = GPU("A100 80GB SXM", 80 * GB, 2.039 * TB, 600 * GB, 64 * GB, 312 * TFLOPS, _A100_PAGE)
 A100_40GB = GPU("A100 40GB SXM", 40 * GB, 1.555 * TB, 600 * GB, 64 * GB, 312 * TFLOPS, _A100_PAGE)
@@ -190,7 +234,8 @@ def find_gpu(device_name: str) -> GPU | None:
     The names carry the form factor and memory: 'NVIDIA A100-SXM4-40GB' (Colab's A100),
     'NVIDIA A100-SXM4-80GB', 'NVIDIA A100 80GB PCIe', 'NVIDIA A100-PCIE-40GB',
     'NVIDIA H100 80GB HBM3' (SXM), 'NVIDIA H100 PCIe', 'NVIDIA H100 NVL', 'NVIDIA H200',
-    'NVIDIA L4', 'Tesla T4', 'NVIDIA B200', 'NVIDIA GB200'. None when the name matches no entry.
+    'NVIDIA L4', 'Tesla T4', 'NVIDIA B200', 'NVIDIA GB200', 'NVIDIA GH200 480GB' (96 GB of HBM3),
+    'NVIDIA GH200 144G HBM3e'. None when the name matches no entry.
     """
     n = device_name.upper().replace("-", " ")
     words = n.split()
@@ -198,6 +243,8 @@ def find_gpu(device_name: str) -> GPU | None:
         return GB200
     if "B200" in n:
         return B200
+    if "GH200" in n:  # before "H200", which its name contains
+        return GH200_144GB if any(w.startswith("144G") for w in words) else GH200
     if "H200" in n:
         return H200
     if "H100" in n:

@@ -250,6 +250,8 @@ def test_hardware_and_models():
         ("NVIDIA H100 PCIe", "H100 PCIe", 2.0),
         ("NVIDIA H100 NVL", "H100 NVL", 3.9),
         ("NVIDIA H200", "H200", 4.8),
+        ("NVIDIA GH200 480GB", "GH200", 4.0),  # Grace Hopper: not an H200
+        ("NVIDIA GH200 144G HBM3e", "GH200 144GB", 4.9),
         ("NVIDIA L4", "L4", 0.3),
         ("Tesla T4", "T4", 0.32),
     ],
@@ -262,3 +264,15 @@ def test_find_gpu_matches_reported_product_names(reported, name, hbm_tb_s):
     with pytest.raises(ValueError, match="kv_heads"):
         models.LLAMA_70B.with_(kv_heads=3)
     assert models.LLAMA_70B.with_(kv_heads=64).gqa_group == 1
+
+
+def test_gh200_host_copies_are_judged_against_nvlink_c2c_not_pcie():
+    from kvlab.measure.transfer import copies
+
+    gh = hardware.find_gpu("NVIDIA GH200 480GB")
+    assert gh is hardware.GH200 and gh is not hardware.H200
+    bw, what = copies.reference_bandwidth("h2d_pinned", gh)
+    assert bw == 450e9 and what == "GH200 NVLink-C2C, one way"  # 900 GB/s both ways
+    bw, what = copies.reference_bandwidth("d2h_pinned", hardware.H200)
+    assert bw == 64e9 and what == "H200 PCIe, one way"
+    assert "GH200" not in {g.name for g in hardware.GPUS.values()}  # the book's table: unchanged

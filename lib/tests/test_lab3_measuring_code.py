@@ -23,6 +23,7 @@ PARTS = (
     "split_results",
     "file_split",
     "nixl_split",
+    "token_match",
 )
 
 

@@ -11,9 +11,8 @@ import ast
 import json
 import re
 import sys
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 LIB = Path(__file__).resolve().parents[1]
 ROOT = LIB.parent

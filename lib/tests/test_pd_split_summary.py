@@ -84,6 +84,22 @@ def test_page_lines_of_a_gpu_recording():
     out = results.describe("lab3", [rec])
     assert "NIXL split on cuda, float32, 16-token blocks" in out
     assert "49,152,000 B on all 3; formula 49,152,000 B; equal on 3 of 3" in out
-    assert "decode output equals colocated on 3 of 3" in out
+    flat = " ".join(out.split())
+    assert (
+        "decode output matches colocated on 3 of 3 (log-probabilities within 0.01; token for "
+        "token on 3)" in flat
+    )
+    # a recording made before the comparison kept its verdicts reads as before
+    old = {
+        **rec,
+        "nixl_split": {k: v for k, v in s.items() if k not in ("match", "matches_colocated")},
+    }
+    assert "decode output equals colocated on 3 of 3" in results.describe("lab3", [old])
+    # a rejected prompt shows its reason
+    bad = copy.deepcopy(rec)
+    bad["nixl_split"]["matches_colocated"][1] = False
+    bad["nixl_split"]["match"][1].update(ok=False, reason="position 0: no near tie")
+    assert "matches colocated on 2 of 3" in results.describe("lab3", [bad])
+    assert "prompt 1: position 0: no near tie" in results.describe("lab3", [bad])
     assert "output differs from colocated on 3 of 3" in out and "CHECK FAILED" not in out
     assert max(len(line) for line in out.splitlines()) <= results.WIDTH

@@ -30,12 +30,17 @@ PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(17, 36)] + [
     "linux_x86_64",
 ]
 RESOLVE_TEST = "test_gpu_requirements.py::test_gpu_requirements_resolve"
-_RESOLVE = pytest.StashKey["Resolve"]()
+_RESOLVE = pytest.StashKey[dict]()
 
 
-def resolve_command(report: Path) -> list[str]:
+#: The Pythons the GPU set is resolved for: Colab's (3.13 since August 2026), and a rented box's
+#: 3.12 and 3.11 (vLLM 0.32.0's floor; the README's recipe).
+RESOLVE_PYTHONS = ("3.13", "3.12", "3.11")
+
+
+def resolve_command(report: Path, python_version: str = "3.13") -> list[str]:
     """pip's resolver, in dry-run mode, for the whole GPU set on a Colab GPU runtime's platform
-    (Linux x86-64, Python 3.12), writing its report to ``report``.
+    (Linux x86-64, Python ``python_version``), writing its report to ``report``.
 
     It reads each wheel's metadata with HTTP range requests (``fast-deps``) and keeps no cache:
     where the registry serves no separate metadata file (PEP 658), plain pip downloads every wheel
@@ -55,7 +60,7 @@ def resolve_command(report: Path) -> list[str]:
         str(report),
         "--only-binary=:all:",
         "--python-version",
-        "3.12",
+        python_version,
         *(arg for p in PLATFORMS for arg in ("--platform", p)),
         "-r",
         str(GPU_REQS),
@@ -65,13 +70,14 @@ def resolve_command(report: Path) -> list[str]:
 class Resolve:
     """One run of :func:`resolve_command`, started now, in a temporary folder of its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, python_version: str = "3.13") -> None:
+        self.python_version = python_version
         self.folder = Path(tempfile.mkdtemp(prefix="kvlab-gpu-resolve-"))
         self.report = self.folder / "report.json"
         self.stderr = self.folder / "stderr.txt"
         with open(self.stderr, "w") as err:
             self.proc = subprocess.Popen(
-                resolve_command(self.report),
+                resolve_command(self.report, python_version),
                 # whatever pip still downloads lands in this folder, removed by close()
                 env={**os.environ, "TMPDIR": str(self.folder)},
                 stdout=subprocess.DEVNULL,
@@ -108,26 +114,26 @@ def pypi_reachable() -> bool:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start pip's resolution when the session will run the test that checks it."""
-    if any(item.nodeid.endswith(RESOLVE_TEST) for item in session.items) and pypi_reachable():
-        session.config.stash[_RESOLVE] = Resolve()
+    if any(RESOLVE_TEST in item.nodeid for item in session.items) and pypi_reachable():
+        session.config.stash[_RESOLVE] = {v: Resolve(v) for v in RESOLVE_PYTHONS}
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    started = session.config.stash.get(_RESOLVE, None)
-    if started is not None:
+    for started in session.config.stash.get(_RESOLVE, {}).values():
         started.close()
 
 
 @pytest.fixture
-def gpu_resolve(request: pytest.FixtureRequest):
-    """The background resolution started for this session, or one started now (a test run by
-    itself: collection started none); None when PyPI cannot be reached."""
+def gpu_resolves(request: pytest.FixtureRequest) -> dict[str, Resolve] | None:
+    """The background resolutions started for this session, one per Python of
+    :data:`RESOLVE_PYTHONS`, or started now (a test run by itself: collection started none);
+    None when PyPI cannot be reached."""
     started = request.config.stash.get(_RESOLVE, None)
     if started is not None:
         return started
     if not pypi_reachable():
         return None
-    started = request.config.stash[_RESOLVE] = Resolve()
+    started = request.config.stash[_RESOLVE] = {v: Resolve(v) for v in RESOLVE_PYTHONS}
     return started
 
 

@@ -76,13 +76,48 @@ def test_setup_forced_onto_the_recording(monkeypatch, capsys, quiet_log):
     _check_recorded(ns, out, "KVLAB_FORCE_NO_ENGINE")
 
 
-def test_gpu_section_without_a_gpu_prints_the_gpu_recordings(tmp_path, monkeypatch, capsys):
+def test_gpu_section_without_a_gpu_says_what_is_missing_and_prints_the_gpu_recordings(
+    tmp_path, monkeypatch, capsys
+):
     from kvlab.measure.recording import results
 
-    (cell,) = [s for s in _code_cells() if "pd_split.gpu_here()" in s]
+    (cell,) = [s for s in _code_cells() if "pd_split.gpu_missing()" in s]
     monkeypatch.setenv(results.RESULTS_ENV, str(tmp_path))  # an empty folder of GPU recordings
     from kvlab.measure.disagg import pd_split
 
-    monkeypatch.setattr(pd_split, "gpu_here", lambda: False)
-    _, out = _run([f"from kvlab.measure.disagg import pd_split\n{cell}"], capsys)
-    assert out.startswith("No GPU recording exists yet for this lab")
+    missing = ["vLLM is not installed in this Python", "NIXL is not installed in this Python"]
+    monkeypatch.setattr(pd_split, "gpu_missing", lambda: list(missing))
+    head = (
+        "from kvlab.measure.disagg import pd_split\nfrom kvlab.measure.recording import recorded\n"
+    )
+    _, out = _run([head + cell], capsys)
+    flat = " ".join(out.split())
+    assert flat.startswith(
+        "The GPU split does not run here: vLLM is not installed in this Python; NIXL is not "
+        "installed in this Python. To run it: on Colab, choose a GPU runtime"
+    )
+    # what it costs and how to get it
+    assert "installs requirements-gpu.txt" in flat and "about 1 GB of wheels" in flat
+    assert "a few minutes" in flat and "40 % of the GPU's memory each" in flat
+    assert "No GPU recording exists yet for this lab" in out
+    assert max(len(line) for line in out.splitlines()) <= 96
+
+
+def test_gpu_missing_names_each_missing_piece(monkeypatch):
+    import importlib.util
+
+    from kvlab.measure.disagg import engine_config, pd_split
+
+    monkeypatch.setattr(engine_config.engine, "vllm_here", lambda: False)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "nixl" else real(n, *a)
+    )
+    missing = pd_split.gpu_missing()
+    assert missing[:2] == [
+        "vLLM is not installed in this Python",
+        "NIXL is not installed in this Python",
+    ]
+    assert "sees no CUDA GPU" in missing[2]  # this machine's torch is the CPU build
+    assert not pd_split.gpu_here()
+    assert pd_split.gpu_path_note([]) == ""

@@ -82,3 +82,19 @@ def test_formula_at_the_gpu_block_size():
     prompts = pd_split.random_prompts(cfg["vocab_size"], 3, 2000)
     assert len(prompts) == 3 and all(10 <= t < 151936 for p in prompts for t in p)
     assert prompts == pd_split.random_prompts(cfg["vocab_size"], 3, 2000)  # same on every machine
+
+
+def test_gpu_engines_run_full_fp32_and_batch_invariant_where_vllm_supports_it():
+    """Triton's fp32 dot product is TF32 by default on compute capability 8.0+; both GPU engines
+    force IEEE fp32, and vLLM's batch-invariant mode (documented for 9.0+) where the GPU has it."""
+    for cap, invariant in (((9, 0), True), ((10, 0), True), ((8, 9), False), ((7, 5), False)):
+        cfg = pd_split.engine_configs(pd_split.GPU_MODEL, "cuda", capability=cap)
+        for _, env in cfg.values():
+            assert env["TRITON_F32_DEFAULT"] == "ieee"
+            assert env["VLLM_FLOAT32_MATMUL_PRECISION"] == "highest"
+            assert (env.get("VLLM_BATCH_INVARIANT") == "1") is invariant, cap
+    for _, env in pd_split.engine_configs("m", "cpu", cores=(0, 1)).values():
+        assert "TRITON_F32_DEFAULT" not in env and "VLLM_BATCH_INVARIANT" not in env
+    with pytest.raises(ValueError, match="batch_invariant"):
+        pd_split.engine_env(0, device="cpu", batch_invariant=True)
+    assert not pd_split.batch_invariant_for(None)

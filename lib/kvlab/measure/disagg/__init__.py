@@ -5,6 +5,7 @@
 - :mod:`.engine_process`: one engine in its own process, seen from the parent.
 - :mod:`.connector_files`: the files vLLM's file connector writes, read without vLLM.
 - :mod:`.split_results`: the dataclasses both splits return and the recordings keep.
+- :mod:`.token_match`: a split's output against the colocated run, with a log-probability tolerance.
 - :mod:`.file_split`: the file-connector split (producer, then consumer).
 - :mod:`.nixl_split`: the live split, KV pulled over NIXL (on the CPU or one GPU).
 - :mod:`.pd_worker`: one vLLM engine in its own process, the child side of ``engine_process``.

@@ -8,7 +8,8 @@ environment on each device.
 - One engine: its ``vllm.LLM`` arguments (:func:`engine_kwargs`), its process environment
   (:func:`engine_env`), the block size per device (:func:`block_size_for`); both live-split
   engines together with ``NixlConnector`` (:func:`nixl_transfer_config`, :func:`engine_configs`).
-- :func:`gpu_here`: whether this Python can run the split on a GPU.
+- :func:`gpu_here`: whether this Python can run the split on a GPU; :func:`gpu_missing` and
+  :func:`gpu_path_note`: what it lacks, what getting it costs and how.
 
 Rules: both devices run fp32 (:data:`DTYPE`), so two engines' outputs compare token for token; the
 CPU backend takes block sizes that are multiples of 32 (:data:`BLOCK_SIZE`), a GPU vLLM's default;
@@ -106,19 +107,66 @@ def _prompts_ok(prompts) -> list[list[int]]:
     return [[int(t) for t in p] for p in prompts]
 
 
+#: On a GPU, full fp32 everywhere: Triton's ``tl.dot`` on fp32 inputs runs as TF32 by default on
+#: compute capability 8.0 and later (``TRITON_F32_DEFAULT`` sets its default ``input_precision``,
+#: triton/knobs.py), and vLLM's attention kernels leave it at that default; torch's own fp32
+#: matrix products stay at "highest" (vLLM's ``VLLM_FLOAT32_MATMUL_PRECISION``, its default).
+GPU_FP32_ENV = {"TRITON_F32_DEFAULT": "ieee", "VLLM_FLOAT32_MATMUL_PRECISION": "highest"}
+
+#: vLLM's batch-invariant mode (``VLLM_BATCH_INVARIANT=1``, vLLM 0.32.0:
+#: vllm/model_executor/determinism/batch_invariant.py): among others, the Triton attention backend
+#: then launches its 2D kernel for every step, so the decode engine's one-token step and the
+#: colocated run's prefill go through the same kernel. vLLM documents it as a beta for compute
+#: capability 9.0 and later (H100, H200, B200), where it is set; elsewhere the comparison's
+#: tolerance (:mod:`kvlab.measure.disagg.token_match`) covers the difference.
+BATCH_INVARIANT_MIN_CAPABILITY = (9, 0)
+
+#: The variables that decide the GPU engines' kernels, which a GPU recording keeps.
+GPU_KERNEL_ENV = ("TRITON_F32_DEFAULT", "VLLM_FLOAT32_MATMUL_PRECISION", "VLLM_BATCH_INVARIANT")
+
+
+def gpu_compute_capability() -> tuple[int, int] | None:
+    """The first GPU's compute capability from ``nvidia-smi`` (no CUDA context is made in this
+    process), or None without a GPU or an ``nvidia-smi`` that answers."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+        major, minor = out.stdout.strip().splitlines()[0].strip().split(".")
+        return int(major), int(minor)
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return None
+
+
+def batch_invariant_for(capability: tuple[int, int] | None) -> bool:
+    """Whether the GPU engines run in vLLM's batch-invariant mode on a GPU of ``capability``
+    (:data:`BATCH_INVARIANT_MIN_CAPABILITY` or later)."""
+    return capability is not None and tuple(capability) >= BATCH_INVARIANT_MIN_CAPABILITY
+
+
 def engine_env(
     core: int | None = None,
     extra: dict | None = None,
     device: str = "cpu",
     model: str | None = None,
+    batch_invariant: bool = False,
 ) -> dict:
     """Environment for one engine process: the engine core in-process (one process per engine),
     NIXL's side channel and UCX's network devices on loopback. On the CPU: 1 GiB of KV cache and
     OpenMP bound to ``core``. On a GPU (``device="cuda"``): no CPU variables; the KV cache is sized
-    by ``gpu_memory_utilization`` (:func:`engine_kwargs`). ``model``: the offline variables are
+    by ``gpu_memory_utilization`` (:func:`engine_kwargs`); full fp32 (:data:`GPU_FP32_ENV`), and
+    with ``batch_invariant`` vLLM's batch-invariant mode. ``model``: the offline variables are
     set for a local folder (None: the tiny model) and left out for a hub model id, which must be
     downloaded."""
     check_choice("device", device, DEVICES)
+    if batch_invariant and device != "cuda":
+        raise ValueError("batch_invariant applies to device='cuda' only")
     env = engine.engine_env(UCX_ENV, model=model)
     env.update(
         {
@@ -138,6 +186,9 @@ def engine_env(
     else:
         for k in [k for k in env if k.startswith("VLLM_CPU_")]:
             del env[k]
+        env.update(GPU_FP32_ENV)
+        if batch_invariant:
+            env["VLLM_BATCH_INVARIANT"] = "1"
     env.update(extra or {})
     return env
 
@@ -199,30 +250,77 @@ def engine_configs(
     device: str = "cpu",
     cores: tuple[int, int] = (0, 0),
     ports: tuple[int, int] = (5600, 5601),
+    capability: tuple[int, int] | None = None,
 ) -> dict[str, tuple[dict, dict]]:
     """What :func:`run_nixl_split` starts, engine by engine: ``{"prefill": (kwargs, env),
     "decode": (kwargs, env)}``. Both engines get :func:`nixl_transfer_config` and their own NIXL
     side-channel port; on the CPU each is pinned to its core, on a GPU each takes its
-    :data:`GPU_MEMORY_SHARE` of the same GPU."""
+    :data:`GPU_MEMORY_SHARE` of the same GPU, full fp32, and vLLM's batch-invariant mode where the
+    GPU's compute ``capability`` allows it (:func:`batch_invariant_for`; None: asked of
+    ``nvidia-smi``)."""
     kvc = nixl_transfer_config(device)
+    invariant = False
+    if device == "cuda":
+        invariant = batch_invariant_for(capability or gpu_compute_capability())
     out = {}
     for name, core, port in zip(("prefill", "decode"), cores, ports, strict=True):
         share = GPU_MEMORY_SHARE[name] if device == "cuda" else None
         kwargs = engine_kwargs(model, kvc, device=device, memory_share=share)
-        env = engine_env(core, {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(port)}, device, model)
+        env = engine_env(core, {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(port)}, device, model, invariant)
         out[name] = (kwargs, env)
     return out
+
+
+#: What the GPU split costs a reader before and while it runs. Wheel sizes: PyPI's files for
+#: Python 3.12 on Linux x86-64 (vllm-0.32.0 abi3 327 MB, torch-2.13.0 527 MB, nixl_cu13 and
+#: nixl_cu12 1.5.1 59 and 69 MB; torch's CUDA 13 libraries come on top); the model:
+#: Qwen2.5-0.5B-Instruct's ``model.safetensors`` (bf16, 988 MB).
+GPU_INSTALL_COST = (
+    "about 1 GB of wheels for vLLM, torch and NIXL (327, 527 and 128 MB) plus the CUDA libraries "
+    "torch pulls in, several GB on disk, a few minutes on Colab"
+)
+GPU_RUN_COST = (
+    f"the first run downloads {GPU_MODEL} (about 1 GB); both engines take "
+    f"{GPU_MEMORY_SHARE['prefill'] * 100:.0f} % of the GPU's memory each, and the run takes a few minutes"
+)
+
+
+def gpu_missing() -> list[str]:
+    """What this Python lacks for the GPU split ([] when nothing): vLLM, NIXL, a torch that sees a
+    CUDA GPU."""
+    import importlib.util
+
+    missing = []
+    if not engine.vllm_here():
+        missing.append("vLLM is not installed in this Python")
+    if importlib.util.find_spec("nixl") is None:
+        missing.append("NIXL is not installed in this Python")
+    try:
+        import torch
+    except ImportError:
+        missing.append("torch is not installed")
+    else:
+        if not torch.cuda.is_available():
+            missing.append(f"torch {torch.__version__} sees no CUDA GPU")
+    return missing
 
 
 def gpu_here() -> bool:
     """True when this Python can run the GPU split: vLLM and NIXL import here and torch sees a
     CUDA GPU (a Colab GPU runtime or a GPU machine with ``requirements-gpu.txt``)."""
-    import importlib.util
+    return not gpu_missing()
 
-    if not engine.vllm_here() or importlib.util.find_spec("nixl") is None:
-        return False
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
+
+def gpu_path_note(missing: list[str] | None = None) -> str:
+    """Why the GPU split does not run in this Python, what getting it costs and how (``missing``:
+    :func:`gpu_missing`'s answer; None: ask it). Empty when nothing is missing."""
+    missing = gpu_missing() if missing is None else missing
+    if not missing:
+        return ""
+    return (
+        f"The GPU split does not run here: {'; '.join(missing)}. To run it: on Colab, choose a "
+        "GPU runtime (Runtime > Change runtime type) and run this notebook from the top: its "
+        "set-up cell installs requirements-gpu.txt (vLLM 0.32.0, NIXL 1.5.1, torch 2.13.0: "
+        f"{GPU_INSTALL_COST}); elsewhere `pip install -r requirements-gpu.txt` into Python 3.11 or "
+        f"later beside an NVIDIA driver 580 or newer. Then {GPU_RUN_COST}."
+    )

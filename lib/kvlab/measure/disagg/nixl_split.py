@@ -204,8 +204,10 @@ def run_nixl_split(
 def split_summary(live: NixlSplit, kv_bytes_per_token: float) -> dict:
     """The live split's checks as plain values (what the lab page prints and a GPU recording
     keeps): bytes pulled per request against the formula (``kv_bytes_per_token`` times
-    :func:`pulled_tokens` at the split's block size), outputs equal to the colocated run, the
-    control's outputs that differ from it, the decode engine's prompt-token counters (pulled,
+    :func:`pulled_tokens` at the split's block size), outputs equal to the colocated run and
+    accepted by the comparison within the device's log-probability tolerance
+    (:meth:`NixlSplit.decode_match`, each verdict with its reason), the control's outputs that
+    the same comparison rejects, the decode engine's prompt-token counters (pulled,
     control, cold), NIXL's times, and :meth:`NixlSplit.used_pulled_kv`'s verdict."""
     from ... import calc
 
@@ -216,6 +218,7 @@ def split_summary(live: NixlSplit, kv_bytes_per_token: float) -> dict:
         int(calc.kv_bytes(pulled_tokens(t, live.block_size), kv_bytes_per_token)) for t in tokens
     ]
     control = live.control
+    matched = live.decode_match()
     return {
         "device": live.device,
         "block_size": live.block_size,
@@ -226,7 +229,10 @@ def split_summary(live: NixlSplit, kv_bytes_per_token: float) -> dict:
         "bytes_equal_formula": [r.bytes == f for r, f in zip(live.requests, formula, strict=True)],
         "equal_to_colocated": live.decode.same_tokens(live.reference),
         "max_logprob_gap": live.decode.max_logprob_gap(live.reference),
-        "control_differs": [not x for x in control.same_tokens(live.reference)] if control else [],
+        "logprob_tolerance": live.tolerance,
+        "matches_colocated": [v.ok for v in matched],
+        "match": [v.as_dict() for v in matched],
+        "control_differs": [not v.ok for v in live.control_match()] if control else [],
         "local_tokens": [r.local_tokens for r in live.requests],
         "external_tokens": [r.external_tokens for r in live.requests],
         "control_local_tokens": [r.local_tokens for r in live.control_requests],

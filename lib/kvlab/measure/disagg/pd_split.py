@@ -37,16 +37,25 @@ from .connector_files import (
     zero_stored,
 )
 from .engine_config import (
+    BATCH_INVARIANT_MIN_CAPABILITY,
     BLOCK_SIZE,
     DEVICES,
     DTYPE,
+    GPU_FP32_ENV,
+    GPU_INSTALL_COST,
+    GPU_KERNEL_ENV,
     GPU_MEMORY_SHARE,
     GPU_MODEL,
+    GPU_RUN_COST,
+    batch_invariant_for,
     block_size_for,
     engine_configs,
     engine_env,
     engine_kwargs,
+    gpu_compute_capability,
     gpu_here,
+    gpu_missing,
+    gpu_path_note,
     model_config,
     nixl_transfer_config,
     random_prompts,
@@ -57,6 +66,7 @@ from .engine_process import WORKER, Engine
 from .file_split import run_file_split
 from .nixl_split import nixl_totals, pulled_tokens, run_nixl_split, split_summary, summary_ms
 from .split_results import Checks, FileSplit, NixlRequest, NixlSplit, Run
+from .token_match import LOGPROB_TOL, Verdict, compare_greedy, tolerance_for
 
 __all__ = [
     "BLOCK_SIZE",
@@ -97,4 +107,17 @@ __all__ = [
     "run_nixl_split",
     "split_summary",
     "summary_ms",
+    "LOGPROB_TOL",
+    "Verdict",
+    "compare_greedy",
+    "tolerance_for",
+    "GPU_FP32_ENV",
+    "BATCH_INVARIANT_MIN_CAPABILITY",
+    "batch_invariant_for",
+    "gpu_compute_capability",
+    "GPU_INSTALL_COST",
+    "GPU_KERNEL_ENV",
+    "GPU_RUN_COST",
+    "gpu_missing",
+    "gpu_path_note",
 ]

@@ -12,7 +12,8 @@ Requests:
   entry (a dict) becomes a ``KVTransferConfig``. Answer: ``{"ready": true, "pid", "start_s"}``.
 - ``{"cmd": "generate", "prompts": [[ids], ...], "max_tokens", "kv_transfer_params": [...]}``:
   greedy decoding, one ``generate`` call per prompt, each timed. Answer: ``{"outputs": [...]}``
-  with the token ids, the log-probability of each chosen token, ``num_cached_tokens``, the
+  with the token ids, the log-probability of each chosen token, the two most likely candidates
+  per position (``top``: [token, log-probability] pairs, most likely first), ``num_cached_tokens``, the
   returned ``kv_transfer_params`` and the seconds.
 - ``{"cmd": "metrics"}``: ``LLM.get_metrics()`` as plain dicts.
 - ``{"cmd": "quit"}``: answers ``{"done": true, "peak_rss_bytes"}`` and exits.
@@ -50,20 +51,23 @@ def _generate(llm, req: dict) -> list[dict]:
         sp = SamplingParams(
             max_tokens=int(req.get("max_tokens", 16)),
             temperature=0.0,
-            logprobs=0,
+            logprobs=2,  # the two most likely candidates (and the chosen one) per position
             extra_args={"kv_transfer_params": kvp} if kvp is not None else None,
         )
         t0 = time.perf_counter()
         res = llm.generate({"prompt_token_ids": list(ids)}, sp, use_tqdm=False)[0]
         dt = time.perf_counter() - t0
         o = res.outputs[0]
-        lps = []
+        lps, top = [], []
         for tok, step in zip(o.token_ids, o.logprobs or [], strict=False):
             lps.append(float(step[tok].logprob))
+            ranked = sorted(step.items(), key=lambda kv: (-kv[1].logprob, kv[0]))[:2]
+            top.append([[int(t), float(lp.logprob)] for t, lp in ranked])
         outs.append(
             {
                 "token_ids": list(o.token_ids),
                 "logprobs": lps,
+                "top": top,
                 "num_cached_tokens": res.num_cached_tokens,
                 "kv_transfer_params": res.kv_transfer_params,
                 "seconds": dt,

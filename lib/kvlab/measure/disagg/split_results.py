@@ -23,18 +23,22 @@ from pathlib import Path
 
 from ..serving import procs as pd_procs
 from .connector_files import StoredTensor
+from .token_match import Verdict, compare_greedy, tolerance_for
 
 
 @dataclass
 class Run:
     """One pass of prompts through an engine: per prompt the output ids, the chosen tokens'
-    log-probabilities, the tokens the engine did not compute and the wall seconds."""
+    log-probabilities, the tokens the engine did not compute, the wall seconds and, per output
+    position, the two most likely candidates as (token, log-probability) pairs (``top``; empty in
+    a run recorded before they were kept)."""
 
     label: str
     token_ids: list[list[int]]
     logprobs: list[list[float]]
     cached_tokens: list[int]
     seconds: list[float]
+    top: list[list[list[tuple[int, float]]]] = field(default_factory=list)
 
     @classmethod
     def of(cls, label: str, outputs: list[dict]) -> Run:
@@ -44,7 +48,33 @@ class Run:
             [o["logprobs"] for o in outputs],
             [o["num_cached_tokens"] for o in outputs],
             [o["seconds"] for o in outputs],
+            [[[tuple(c) for c in step] for step in o.get("top", [])] for o in outputs],
         )
+
+    def _top(self, i: int) -> list | None:
+        return self.top[i] if i < len(self.top) else None
+
+    def match(self, other: Run, tol: float) -> list[Verdict]:
+        """Per prompt: this run against ``other`` (the reference) by
+        :func:`kvlab.measure.disagg.token_match.compare_greedy`: equal token by token with
+        log-probabilities within ``tol``, or equal up to a near tie within ``tol``."""
+        if len(self.token_ids) != len(other.token_ids):
+            raise ValueError(
+                f"other must hold the same prompts ({len(self.token_ids)}), got "
+                f"{len(other.token_ids)}"
+            )
+        return [
+            compare_greedy(
+                self.token_ids[i],
+                self.logprobs[i],
+                other.token_ids[i],
+                other.logprobs[i],
+                tol,
+                self._top(i),
+                other._top(i),
+            )
+            for i in range(len(self.token_ids))
+        ]
 
     def same_tokens(self, other: Run) -> list[bool]:
         """Per prompt: are the generated token ids identical?"""
@@ -184,21 +214,42 @@ class NixlSplit:
     decode_cold: list[NixlRequest] = field(default_factory=list)
     device: str = "cpu"  # where both engines ran: vLLM's CPU build, or one CUDA GPU
 
+    @property
+    def tolerance(self) -> float:
+        """The log-probability tolerance of the device the split ran on
+        (:data:`kvlab.measure.disagg.token_match.LOGPROB_TOL`)."""
+        return tolerance_for(self.device)
+
+    def decode_match(self) -> list[Verdict]:
+        """Per prompt: the decode engine's output against the colocated run, within
+        :attr:`tolerance` (:meth:`Run.match`)."""
+        return self.decode.match(self.reference, self.tolerance)
+
+    def control_match(self) -> list[Verdict]:
+        """Per prompt: the control's output against the colocated run, by the same comparison
+        (it must be rejected: another prompt's KV)."""
+        return self.control.match(self.reference, self.tolerance) if self.control else []
+
     def used_pulled_kv(self) -> list[str]:
         """What says the decode engine did not use the KV it pulled ([] when nothing): output
-        unlike the colocated run, a control equal to it, prompt tokens computed on the decode
-        side beyond the last one, or no control at all."""
+        that the comparison with the colocated run rejects (:meth:`decode_match`), a control that
+        it accepts, prompt tokens computed on the decode side beyond the last one, or no control
+        at all."""
         problems = []
-        ok = self.decode.same_tokens(self.reference)
-        if not all(ok):
-            problems.append(f"decode output differs from colocated on prompts {ok}")
+        for i, v in enumerate(self.decode_match()):
+            if not v.ok:
+                problems.append(
+                    f"decode output of prompt {i} differs from colocated beyond the tolerance: "
+                    f"{v.reason}"
+                )
         if self.control is None or len(self.control_requests) != len(self.requests):
             return [*problems, "no control run (another prompt's KV) was made"]
-        same = self.control.same_tokens(self.reference)
-        if any(same):
+        accepted = [v.ok for v in self.control_match()]
+        if any(accepted):
             problems.append(
-                f"with another prompt's KV the output still equals colocated on {sum(same)} of "
-                f"{len(same)} prompts: the decode engine ignored what it pulled"
+                f"with another prompt's KV the output still matches colocated on "
+                f"{sum(accepted)} of {len(accepted)} prompts: the decode engine ignored what it "
+                "pulled"
             )
         for label, reqs in (("pulled", self.requests), ("control", self.control_requests)):
             for i, r in enumerate(reqs):

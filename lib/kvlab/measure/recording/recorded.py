@@ -101,6 +101,7 @@ MEASURING_CODE: dict[str, tuple[str, ...]] = {
         "serving/procs.py",
         "disagg/nixl_sweep.py",
         "disagg/nixl_worker.py",
+        "disagg/token_match.py",
     ),
 }
 #: Modules fingerprinted for a lab not listed in :data:`MEASURING_CODE`.
@@ -226,12 +227,39 @@ def why_not_here(model_dir: str | Path | None = None) -> str | None:
     ``KVLAB_FORCE_NO_ENGINE=1``, no engine environment, or no model folder."""
     if os.environ.get(FORCE_NO_ENGINE_ENV, "") not in ("", "0"):
         return FORCED_REASON
-    if not engine.vllm_here() and not (engine.ENGINE_VENV / "bin" / "python").exists():
+    venv = (engine.ENGINE_VENV / "bin" / "python").exists()
+    if not engine.vllm_here() and not venv:
         return "engine environment not available here (no .venv-engine: run `make engine`)"
     folder = Path(model_dir) if model_dir is not None else engine.TINY_MODEL_DIR
     if not (folder / "config.json").is_file():
+        no_gpu = None if venv else vllm_without_gpu()
+        if no_gpu:  # vLLM's GPU build installed here (Colab), no GPU: `make engine` is no answer
+            return no_gpu
         return f"model not available here (no {scrub(str(folder))}/config.json: run `make engine`)"
     return None
+
+
+def vllm_without_gpu() -> str | None:
+    """Why vLLM, installed in this Python, cannot run a GPU engine here (None when it can, or
+    when vLLM is not installed): torch sees no CUDA GPU. Says what to do instead of `make engine`,
+    which builds the CPU engine a Colab runtime or a GPU machine does not use."""
+    if not engine.vllm_here():
+        return None
+    try:
+        import torch
+    except ImportError:
+        return (
+            "vLLM is installed in this Python but torch is not: pip install -r requirements-gpu.txt"
+        )
+    if torch.cuda.is_available():
+        return None
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU build"
+    return (
+        f"vLLM is installed in this Python, but torch {torch.__version__} ({build}) sees no CUDA "
+        "GPU: on Colab, choose a GPU runtime (Runtime > Change runtime type) and run the notebook "
+        "again; on a GPU machine, check `nvidia-smi` (torch's CUDA 13 build needs NVIDIA driver "
+        "580 or newer)"
+    )
 
 
 @dataclass

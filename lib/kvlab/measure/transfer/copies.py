@@ -78,7 +78,7 @@ def reference_bandwidth(
 ) -> tuple[float | None, str | None]:
     """(bytes/s, description) of the vendor figure a copy of ``kind`` should be compared with.
 
-    Host<->GPU: one direction of the PCIe headline figure. Same-GPU copy: half the HBM bandwidth
+    Host<->GPU: one direction of the PCIe headline figure (of NVLink-C2C on a GH200). Same-GPU copy: half the HBM bandwidth
     (each byte copied is read once and written once). GPU to GPU: one direction of NVLink when
     NVML says the GPUs have it (``nvlink`` True), of PCIe when it says they do not (False), and
     no figure when nobody knows (None): comparing an NVLink copy with PCIe would print shares of
@@ -87,8 +87,8 @@ def reference_bandwidth(
     check_choice("kind", kind, KINDS)
     if kind == "host" or gpu is None:
         return None, None
-    if kind.startswith(("h2d", "d2h")):
-        return gpu.pcie_one_way_bytes_per_s, f"{gpu.name} PCIe, one way"
+    if kind.startswith(("h2d", "d2h")):  # PCIe, or a superchip's own host link (GH200)
+        return gpu.host_one_way_bytes_per_s, f"{gpu.name} {gpu.host_link}, one way"
     if kind == "d2d":
         return gpu.hbm_bytes_per_s / 2, f"{gpu.name} HBM / 2 (read + write)"
     if nvlink is None:
