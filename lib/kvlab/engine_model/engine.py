@@ -227,26 +227,29 @@ class Engine:
         scheduled: list[tuple[Request, int]] = []
         preempted = False
         running = self.running
+        bsz = cfg.block_size
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
             n = r.num_tokens - r.num_computed
-            if thr:
-                n = min(n, thr)
-            n = min(n, budget)
-            need = self._blocks_for(r.num_computed + n) - r.blocks
-            lost = False
-            while need > pool.num_free:
-                victim = running.pop()
-                self._preempt(victim)
-                preempted = True
-                if victim is r:
-                    lost = True
+            if thr and n > thr:
+                n = thr
+            if n > budget:
+                n = budget
+            need = -(-(r.num_computed + n) // bsz) - r.blocks
+            if need:  # (most decode steps need no new block)
+                lost = False
+                while need > pool.num_free:
+                    victim = running.pop()
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is r:
+                        lost = True
+                        break
+                if lost:
                     break
-            if lost:
-                break
-            pool.allocate(need)
-            r.blocks += need
+                pool.allocate(need)
+                r.blocks += need
             scheduled.append((r, n))
             budget -= n
             i += 1
@@ -298,10 +301,11 @@ class Engine:
         end = start + dt
         rec = StepRecord(start, end, 1, sum(c[0] for c in chunks), dec_b)
         done = []
+        bs = self.config.block_size
         for r, n in scheduled:
             old = r.num_computed
             r.num_computed += n
-            if r.keys:
+            if r.keys and old < len(r.keys) * bs:  # (a block of its keys may have filled)
                 self._store_full(r, old, r.num_computed)
             if r.num_computed == r.num_tokens:
                 r.num_tokens += 1
@@ -378,7 +382,7 @@ class Engine:
             r.num_computed += k
             r.num_tokens += k
             r.generated += k
-            if r.keys:
+            if r.keys and old < len(r.keys) * bs:
                 self._store_full(r, old, r.num_computed)
             if r.generated >= r.output_len:
                 done.append(r)

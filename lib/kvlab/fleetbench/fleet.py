@@ -1,0 +1,225 @@
+"""The fleet: ``pods`` engines (:class:`kvlab.engine_model.Engine`) behind one endpoint picker,
+driven by inference-perf's stages, measured as inference-perf and the EPP's metrics measure it.
+
+The loop walks simulated time in ticks of the EPP's metrics refresh (``refresh_s``): at each tick
+every engine runs the steps that start before it, then the EPP's view of each pod (waiting queue,
+KV usage) is what the tick shows, and the requests sent before the next tick are routed on it, in
+order, and join their pod's waiting queue. KV events update the cache_tracking index as the
+engines store and evict blocks. A stage ends when its last request has finished and the
+generator's one-second poll has seen it; the next starts ``interval`` seconds later.
+
+Per stage, as inference-perf's report computes them (``reportgen/base.py`` L122-181 at 5b1da4d):
+
+* ``output_tok_s``: output tokens of the stage / (last finish - first send);
+* ``requests_s``: requests / (last send - first send) (the report's ``achieved_rate``, which the
+  published table shows as requests/s);
+* ``ttft_p90_s``, ``ttft_mean_s``: first token - send;
+* ``itl_mean_s``: the mean gap between the lines the client reads. The streaming client stamps
+  every line of the response, the blank line after each ``data:`` event included
+  (``apis/completion.py`` L51-54), so half of the gaps are about zero: the mean is about half the
+  time per output token. Here, with one event per token: (finish - first token) / (2 n + 1) per
+  request, pooled;
+* ``kv_usage_mean``, ``wait_queue_mean``: the pods' KV usage (0..1) and waiting queue, averaged
+  over pods and ticks of the stage (from its start to its end);
+* ``hit_rate``: prompt tokens served from the prefix cache / prompt tokens, at admission.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validate import check_int, check_number
+from ..engine_model import Engine, EngineConfig, Request, step_costs
+from .epp import EndpointPicker, KVEventIndex, PodView, PromptInfo, parse_picker_config
+from .workload import Workload, block_keys
+
+METRICS = ("output_tok_s", "requests_s", "ttft_p90_s", "ttft_mean_s", "itl_mean_s",
+           "kv_usage_mean", "wait_queue_mean", "hit_rate")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The pods: ``model`` on ``tp`` GPUs of type ``gpu`` each, ``kv_tokens_per_pod`` of KV.
+    ``block_size``: vLLM's ``--block-size``; ``max_num_batched_tokens``, ``max_num_seqs``: vLLM's
+    defaults on an H100."""
+
+    model: str
+    gpu: str
+    tp: int
+    pods: int
+    kv_tokens_per_pod: int
+    precision: str = "bf16"
+    block_size: int = 16
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 1024
+
+    def __post_init__(self):
+        check_int("cluster.pods", self.pods, lo=1)
+        check_int("cluster.kv_tokens_per_pod", self.kv_tokens_per_pod, lo=1)
+        check_int("cluster.block_size", self.block_size, lo=1)
+        if self.kv_tokens_per_pod < self.block_size:
+            raise ValueError(
+                f"cluster.kv_tokens_per_pod must be at least block_size ({self.block_size}), "
+                f"got {self.kv_tokens_per_pod}"
+            )
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_tokens_per_pod // self.block_size
+
+
+@dataclass
+class _Sent:
+    stage: int
+    send_s: float
+    req: Request
+
+
+def run_scheduler(cluster: Cluster, workload: Workload, scheduler: dict, *, name: str = "",
+                  seed: int = 0, refresh_s: float = 0.05, chars_per_token: float = 4.0,
+                  stages: int | None = None) -> list[dict]:  # fmt: skip
+    """Run the whole workload through ``cluster`` under the EPP configured by ``scheduler`` (an
+    ``EndpointPickerConfig``); one dict per stage (``stage``, ``stage_qps`` and :data:`METRICS`).
+    ``stages``: run only the first that many (tests)."""
+    check_number("refresh_s", refresh_s, lo=0, lo_open=True)
+    costs = step_costs(cluster.model, cluster.gpu, cluster.tp, cluster.precision)
+    epp: EndpointPicker = parse_picker_config(
+        name or "scheduler", scheduler, engine_block_size=cluster.block_size,
+        chars_per_token=chars_per_token,
+    )  # fmt: skip
+    data = workload.data
+    bs = cluster.block_size
+    key_cache: dict[tuple[int, int, int], list] = {}
+
+    def keys_of(info: PromptInfo, size: int) -> list:
+        k = (info.group, info.prompt, size)
+        if k not in key_cache:
+            key_cache[k] = block_keys(data, info.group, info.prompt, size)
+        return key_cache[k]
+
+    cfg = EngineConfig(num_blocks=cluster.num_blocks, block_size=bs,
+                       max_num_batched_tokens=cluster.max_num_batched_tokens,
+                       max_num_seqs=cluster.max_num_seqs)  # fmt: skip
+    engines = []
+    index = epp.precise.index if epp.precise is not None else None
+    if epp.precise is not None:
+        epp.precise.keys_of = keys_of
+    for i in range(cluster.pods):
+        if index is None:
+            engines.append(Engine(costs, cfg))
+        else:
+            stored, removed = (
+                functools.partial(_stored, index, i),
+                functools.partial(_removed, index, i),
+            )
+            engines.append(Engine(costs, cfg, on_stored=stored, on_removed=removed))
+    rng = np.random.default_rng(seed)
+    order = workload.prompt_order(rng)
+    pick_rng = np.random.default_rng([seed, 1])
+    time_rng = np.random.default_rng([seed, 2])
+    views = [PodView() for _ in engines]
+    rows = []
+    t0 = 0.0
+    tick = 0  # index of the next metrics tick
+    todo = workload.stages if stages is None else workload.stages[:stages]
+    for si, stage in enumerate(todo):
+        send = t0 + workload.stage_times(stage, time_rng)
+        sent: list[_Sent] = []
+        usage_sum = 0.0
+        wait_sum = 0.0
+        ticks = 0
+        nxt = 0  # next request of the stage to send
+        n = len(send)
+        unfinished = n
+        last_finish = t0
+        while True:
+            t = tick * refresh_s
+            tick += 1
+            for e in engines:
+                while e.has_work() and e.now < t:
+                    rec = e.advance(t)
+                    if rec is not None and rec.finished:
+                        unfinished -= len(rec.finished)
+                        last_finish = max(last_finish, rec.end_s)
+            if t >= t0:
+                for v, e in zip(views, engines, strict=True):
+                    v.waiting = e.num_waiting
+                    v.kv_usage = e.kv_usage
+                    usage_sum += v.kv_usage
+                    wait_sum += v.waiting
+                ticks += 1
+            else:
+                for v, e in zip(views, engines, strict=True):
+                    v.waiting = e.num_waiting
+                    v.kv_usage = e.kv_usage
+            t_next = t + refresh_s
+            while nxt < n and send[nxt] < t_next:
+                g, p = (int(x) for x in order[nxt % len(order)])
+                info = PromptInfo(g, p, data.prompt_len, data.system_prompt_len)
+                pod = epp.pick(info, views, pick_rng)
+                r = Request((si, nxt), data.prompt_len, data.output_len, arrival_s=float(send[nxt]),
+                            keys=keys_of(info, bs))  # fmt: skip
+                e = engines[pod]
+                ts = float(send[nxt])
+                while e.has_work() and e.now < ts:  # the pod runs up to the request's arrival
+                    rec = e.advance(ts)
+                    if rec is not None and rec.finished:
+                        unfinished -= len(rec.finished)
+                        last_finish = max(last_finish, rec.end_s)
+                if not e.has_work():
+                    e.now = max(e.now, ts)
+                e.add(r)
+                sent.append(_Sent(si, float(send[nxt]), r))
+                nxt += 1
+            if nxt == n and unfinished == 0:
+                break
+        # inference-perf polls its finished counter once a second from the stage's start
+        end = t0 + math.ceil(max(last_finish - t0, 0.0))
+        row = _stage_row(si, stage.rate, sent, data.output_len, usage_sum, wait_sum,
+                         ticks * len(engines))  # fmt: skip
+        row["duration_s"] = end - t0
+        rows.append(row)
+        t0 = end + workload.interval_s
+        tick = max(tick, int(math.ceil(t0 / refresh_s)))
+        for e in engines:
+            e.now = max(e.now, t0) if not e.has_work() else e.now
+    return rows
+
+
+def _stored(index: KVEventIndex, pod: int, keys: list) -> None:
+    index.stored(pod, keys)
+
+
+def _removed(index: KVEventIndex, pod: int, keys: list) -> None:
+    index.removed(pod, keys)
+
+
+def _stage_row(si, rate, sent, output_len, usage_sum, wait_sum, samples) -> dict:
+    send = np.array([s.send_s for s in sent])
+    first = np.array([s.req.first_token_s for s in sent])
+    fin = np.array([s.req.finish_s for s in sent])
+    ttft = first - send
+    n = len(sent)
+    span = fin.max() - send.min()
+    send_span = send.max() - send.min()
+    gaps = (fin - first).sum() / (n * (2 * output_len + 1))
+    hits = sum(s.req.cached_tokens for s in sent)
+    prompt = sum(s.req.prompt_len for s in sent)
+    return {
+        "stage": si,
+        "stage_qps": rate,
+        "output_tok_s": n * output_len / span,
+        "requests_s": n / send_span if send_span > 0 else math.nan,
+        "ttft_p90_s": float(np.percentile(ttft, 90)),
+        "ttft_mean_s": float(ttft.mean()),
+        "itl_mean_s": float(gaps),
+        "kv_usage_mean": usage_sum / samples if samples else math.nan,
+        "wait_queue_mean": wait_sum / samples if samples else math.nan,
+        "hit_rate": hits / prompt,
+        "tpot_mean_s": float(((fin - first) / max(output_len - 1, 1)).mean()),
+        "preempted": int(sum(s.req.preemptions > 0 for s in sent)),
+    }
