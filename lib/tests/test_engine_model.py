@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from kvlab.engine_model import (
     Engine,
+    EngineCalibration,
     EngineConfig,
     KVPool,
     Request,
@@ -277,3 +278,14 @@ def test_more_clients_more_throughput_longer_steps(costs):
     hi = closed_loop(costs, cfg, clients=64, isl=1024, osl=128)
     assert hi.output_tok_s > 4 * lo.output_tok_s
     assert hi.tpot_ms > lo.tpot_ms and hi.ttft_ms > lo.ttft_ms
+
+
+def test_engine_calibration_gives_costs_and_pool_at_any_tp():
+    cal = EngineCalibration()  # the book's 70B shape on H100 SXM, bf16
+    assert cal.costs(8).tp == 8 and cal.costs(4).model.layers == 80
+    assert cal.num_blocks(8) > 2 * cal.num_blocks(4)
+    assert "Llama-3.1-70B" in cal.label
+    with pytest.raises(ValueError, match="does not fit"):
+        cal.num_blocks(1)
+    with pytest.raises(ValueError, match="gpu"):
+        EngineCalibration(gpu="TPU")

@@ -6,9 +6,12 @@
 * :mod:`.kv_pool`: the KV pool and its prefix cache, by block keys;
 * :mod:`.engine`: vLLM v1's scheduler (token budget, chunked prefill of several prompts per step,
   admission on free blocks, preemption by recompute);
-* :mod:`.closed_loop`: the closed-loop concurrency benchmark real measurements use.
+* :mod:`.closed_loop`: the closed-loop concurrency benchmark real measurements use;
+* :mod:`.calibration`: the engine model as a calibration a fleet simulator takes (model, GPU,
+  precision; costs and KV pool at any TP).
 """
 
+from .calibration import EngineCalibration
 from .closed_loop import LoopResult, closed_loop
 from .engine import (
     DEVICE_MEMORY_BYTES,
@@ -27,6 +30,7 @@ from .tables import tables_doc
 __all__ = [
     "DEVICE_MEMORY_BYTES",
     "Engine",
+    "EngineCalibration",
     "EngineConfig",
     "KVPool",
     "LoopResult",
