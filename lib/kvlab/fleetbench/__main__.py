@@ -1,6 +1,10 @@
-"""``python -m kvlab.fleetbench SPEC.yaml [--seeds N] [--out FILE.csv] [--jobs J]``: every
-scheduler of the spec over the whole workload, ``N`` seeds (0 .. N-1); one CSV row per seed,
-scheduler and stage."""
+"""``python -m kvlab.fleetbench SPEC.yaml [--seeds N] [--out FILE.csv] [--jobs J]
+[--frontend-s S]``: every scheduler of the spec over the whole workload, ``N`` seeds (0 .. N-1);
+one CSV row per seed, scheduler and stage.
+
+``--frontend-s``: the time a request spends outside the engine, added to TTFT; by default the one
+the engine model's validation sets on held-out H200 rows (:func:`kvlab.validate.silicon.knobs`),
+never on the rows a spec is scored against."""
 
 from __future__ import annotations
 
@@ -17,10 +21,11 @@ COLUMNS = ("seed", "stage", "stage_qps", "scheduler", *METRICS, "tpot_mean_s", "
 
 
 def _one(args):
-    path, name, seed = args
+    path, name, seed, frontend_s = args
     spec = load_spec(path)
     t = time.perf_counter()
-    rows = run_scheduler(spec.cluster, spec.workload, spec.schedulers[name], name=name, seed=seed)
+    rows = run_scheduler(spec.cluster, spec.workload, spec.schedulers[name], name=name, seed=seed,
+                         frontend_s=frontend_s)  # fmt: skip
     for r in rows:
         r["scheduler"] = name
         r["seed"] = seed
@@ -33,6 +38,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--out", default=None, help="CSV file (default: standard output)")
     ap.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
+    ap.add_argument("--frontend-s", type=float, default=None,
+                    help="seconds outside the engine per request (default: kvlab.validate's)")  # fmt: skip
     a = ap.parse_args(argv)
     if a.seeds < 1:
         ap.error(f"--seeds must be at least 1, got {a.seeds}")
@@ -43,7 +50,15 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"{a.spec}: {e}", file=sys.stderr)
         return 2
-    jobs = [(a.spec, name, seed) for seed in range(a.seeds) for name in spec.schedulers]
+    frontend_s = a.frontend_s
+    if frontend_s is None:
+        from ..validate import silicon
+
+        frontend_s = silicon.knobs().frontend_s
+    if frontend_s < 0:
+        ap.error(f"--frontend-s must be at least 0, got {frontend_s}")
+    print(f"frontend_s = {frontend_s * 1e3:.1f} ms", file=sys.stderr)
+    jobs = [(a.spec, n, seed, frontend_s) for seed in range(a.seeds) for n in spec.schedulers]
     if a.jobs > 1:
         with ProcessPoolExecutor(a.jobs) as ex:
             results = list(ex.map(_one, jobs))
@@ -59,7 +74,7 @@ def main(argv=None) -> int:
     finally:
         if a.out:
             out.close()
-    for (_, name, seed), (_, secs) in zip(jobs, results, strict=True):
+    for (_, name, seed, _), (_, secs) in zip(jobs, results, strict=True):
         print(f"seed {seed} {name}: {secs:.1f} s", file=sys.stderr)
     return 0
 

@@ -187,3 +187,31 @@ def markdown(result: dict) -> str:
             f"| {r['itl_mean_s_measured']:.3f} | {cell('itl_mean_s', '.3f')} |"
         )
     return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """``python -m kvlab.fleetbench.compare SIM.csv MEASURED.csv``: the side-by-side table and the
+    criteria."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m kvlab.fleetbench.compare")
+    ap.add_argument("sim")
+    ap.add_argument("measured")
+    a = ap.parse_args(argv)
+    res = compare(read_csv(a.measured), read_csv(a.sim))
+    print(markdown(res))
+    print()
+    print(f"TTFT p90 order: {res['order_agree']} of {res['order_pairs']} pairs that differ >2x "
+          f"agree; disagreements: {res['order_disagreements']}")  # fmt: skip
+    for s, f in res["first_past_10s"].items():
+        print(f"first QPS past 10 s, {s}: measured {f['measured']}, sim {f['sim']} "
+              f"({'within one stage' if f['within_one'] else 'MISSED'})")  # fmt: skip
+    print(f"output tok/s: median abs. error {100 * res['output_tok_s_median_abs_err']:.1f} %, "
+          f"median bias {100 * res['output_tok_s_median_bias']:+.1f} %")  # fmt: skip
+    for s, d in res["kv_usage_points"].items():
+        print(f"KV usage mean, {s}: sim - measured = {d:+.1f} points")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

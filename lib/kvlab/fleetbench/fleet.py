@@ -1,10 +1,12 @@
 """The fleet: ``pods`` engines (:class:`kvlab.engine_model.Engine`) behind one endpoint picker,
 driven by inference-perf's stages, measured as inference-perf and the EPP's metrics measure it.
 
-The loop walks simulated time in ticks of the EPP's metrics refresh (``refresh_s``): at each tick
-every engine runs the steps that start before it, then the EPP's view of each pod (waiting queue,
-KV usage) is what the tick shows, and the requests sent before the next tick are routed on it, in
-order, and join their pod's waiting queue. KV events update the cache_tracking index as the
+The EPP scrapes the pods' metrics every ``refresh_s``: before a request is routed, every engine
+runs the steps that start before the last scrape, the EPP's view of each pod (waiting queue, KV
+usage) is what that scrape shows, and the requests sent before the next scrape are routed on it,
+in order, each joining its pod's waiting queue at its sending time (a scrape that no request
+reads changes nothing and is skipped). The pods' gauges are sampled every ``sample_s`` for the
+stage means. KV events update the cache_tracking index as the
 engines store and evict blocks. A stage ends when its last request has finished and the
 generator's one-second poll has seen it; the next starts ``interval`` seconds later.
 
@@ -81,11 +83,17 @@ class _Sent:
 
 def run_scheduler(cluster: Cluster, workload: Workload, scheduler: dict, *, name: str = "",
                   seed: int = 0, refresh_s: float = 0.05, chars_per_token: float = 4.0,
-                  stages: int | None = None) -> list[dict]:  # fmt: skip
+                  stages: int | None = None, frontend_s: float = 0.0,
+                  sample_s: float = 0.5) -> list[dict]:  # fmt: skip
     """Run the whole workload through ``cluster`` under the EPP configured by ``scheduler`` (an
     ``EndpointPickerConfig``); one dict per stage (``stage``, ``stage_qps`` and :data:`METRICS`).
-    ``stages``: run only the first that many (tests)."""
+    ``frontend_s``: the time a request spends outside the engine (HTTP, tokenisation, the first
+    token's way back), added to its TTFT and its end; ``sample_s``: how often the pods' KV usage
+    and waiting queue are sampled for the stage means; ``stages``: run only the first that many
+    (tests)."""
     check_number("refresh_s", refresh_s, lo=0, lo_open=True)
+    check_number("frontend_s", frontend_s, lo=0)
+    check_number("sample_s", sample_s, lo=0, lo_open=True)
     costs = step_costs(cluster.model, cluster.gpu, cluster.tp, cluster.precision)
     epp: EndpointPicker = parse_picker_config(
         name or "scheduler", scheduler, engine_block_size=cluster.block_size,
@@ -124,70 +132,71 @@ def run_scheduler(cluster: Cluster, workload: Workload, scheduler: dict, *, name
     views = [PodView() for _ in engines]
     rows = []
     t0 = 0.0
-    tick = 0  # index of the next metrics tick
     todo = workload.stages if stages is None else workload.stages[:stages]
     for si, stage in enumerate(todo):
         send = t0 + workload.stage_times(stage, time_rng)
         sent: list[_Sent] = []
         usage_sum = 0.0
         wait_sum = 0.0
-        ticks = 0
+        samples = 0
         nxt = 0  # next request of the stage to send
         n = len(send)
-        unfinished = n
-        last_finish = t0
-        while True:
-            t = tick * refresh_s
-            tick += 1
+        left = [n]  # requests of the stage not finished yet
+        last = [t0]  # the last finish so far
+        t_sample = t0
+        while nxt < n or left[0]:
+            # the next event: a sample of the pods' gauges, or the EPP's last scrape before the
+            # next request (a scrape no request reads changes nothing, so it is skipped)
+            k = math.floor(send[nxt] / refresh_s) if nxt < n else math.inf
+            t_scrape = k * refresh_s if nxt < n else math.inf
+            t = min(t_sample, t_scrape)
             for e in engines:
-                while e.has_work() and e.now < t:
-                    rec = e.advance(t)
-                    if rec is not None and rec.finished:
-                        unfinished -= len(rec.finished)
-                        last_finish = max(last_finish, rec.end_s)
-            if t >= t0:
+                _run_to(e, t, left, last)
+            if t == t_sample:
+                for e in engines:
+                    usage_sum += e.kv_usage
+                    wait_sum += e.num_waiting
+                samples += len(engines)
+                t_sample += sample_s
+            if t == t_scrape:
                 for v, e in zip(views, engines, strict=True):
                     v.waiting = e.num_waiting
                     v.kv_usage = e.kv_usage
-                    usage_sum += v.kv_usage
-                    wait_sum += v.waiting
-                ticks += 1
-            else:
-                for v, e in zip(views, engines, strict=True):
-                    v.waiting = e.num_waiting
-                    v.kv_usage = e.kv_usage
-            t_next = t + refresh_s
-            while nxt < n and send[nxt] < t_next:
-                g, p = (int(x) for x in order[nxt % len(order)])
-                info = PromptInfo(g, p, data.prompt_len, data.system_prompt_len)
-                pod = epp.pick(info, views, pick_rng)
-                r = Request((si, nxt), data.prompt_len, data.output_len, arrival_s=float(send[nxt]),
-                            keys=keys_of(info, bs))  # fmt: skip
-                e = engines[pod]
-                ts = float(send[nxt])
-                while e.has_work() and e.now < ts:  # the pod runs up to the request's arrival
-                    rec = e.advance(ts)
-                    if rec is not None and rec.finished:
-                        unfinished -= len(rec.finished)
-                        last_finish = max(last_finish, rec.end_s)
-                if not e.has_work():
-                    e.now = max(e.now, ts)
-                e.add(r)
-                sent.append(_Sent(si, float(send[nxt]), r))
-                nxt += 1
-            if nxt == n and unfinished == 0:
-                break
+                t_next = (k + 1) * refresh_s
+                while nxt < n and send[nxt] < t_next:
+                    g, p = (int(x) for x in order[nxt % len(order)])
+                    info = PromptInfo(g, p, data.prompt_len, data.system_prompt_len)
+                    pod = epp.pick(info, views, pick_rng)
+                    ts = float(send[nxt])
+                    r = Request((si, nxt), data.prompt_len, data.output_len, arrival_s=ts,
+                                keys=keys_of(info, bs))  # fmt: skip
+                    e = engines[pod]
+                    _run_to(e, ts, left, last)  # the pod runs up to the request's arrival
+                    if not e.has_work():
+                        e.now = max(e.now, ts)
+                    e.add(r)
+                    sent.append(_Sent(si, ts, r))
+                    nxt += 1
         # inference-perf polls its finished counter once a second from the stage's start
-        end = t0 + math.ceil(max(last_finish - t0, 0.0))
-        row = _stage_row(si, stage.rate, sent, data.output_len, usage_sum, wait_sum,
-                         ticks * len(engines))  # fmt: skip
+        end = t0 + math.ceil(max(last[0] - t0, 0.0))
+        row = _stage_row(si, stage.rate, sent, data.output_len, usage_sum, wait_sum, samples,
+                         frontend_s)  # fmt: skip
         row["duration_s"] = end - t0
         rows.append(row)
         t0 = end + workload.interval_s
-        tick = max(tick, int(math.ceil(t0 / refresh_s)))
         for e in engines:
-            e.now = max(e.now, t0) if not e.has_work() else e.now
+            if not e.has_work():
+                e.now = max(e.now, t0)
     return rows
+
+
+def _run_to(e: Engine, t: float, left: list, last: list) -> None:
+    """Run ``e``'s steps that start before ``t``, counting finishes into ``left`` and ``last``."""
+    while e.has_work() and e.now < t:
+        rec = e.advance(t)
+        if rec is not None and rec.finished:
+            left[0] -= len(rec.finished)
+            last[0] = max(last[0], rec.end_s)
 
 
 def _stored(index: KVEventIndex, pod: int, keys: list) -> None:
@@ -198,10 +207,10 @@ def _removed(index: KVEventIndex, pod: int, keys: list) -> None:
     index.removed(pod, keys)
 
 
-def _stage_row(si, rate, sent, output_len, usage_sum, wait_sum, samples) -> dict:
+def _stage_row(si, rate, sent, output_len, usage_sum, wait_sum, samples, frontend_s) -> dict:
     send = np.array([s.send_s for s in sent])
-    first = np.array([s.req.first_token_s for s in sent])
-    fin = np.array([s.req.finish_s for s in sent])
+    first = np.array([s.req.first_token_s for s in sent]) + frontend_s
+    fin = np.array([s.req.finish_s for s in sent]) + frontend_s
     ttft = first - send
     n = len(sent)
     span = fin.max() - send.min()
