@@ -30,6 +30,7 @@ from kvlab.fleetbench import (
     run_scheduler,
 )
 from kvlab.fleetbench.__main__ import main
+from kvlab.fleetbench.compare import compare, markdown, read_csv
 
 SPEC_73 = Path(__file__).resolve().parents[2] / "data" / "fleetbench" / "73-capacity.yaml"
 
@@ -350,3 +351,55 @@ def test_cli_writes_rows_and_names_a_bad_key(doc73, tmp_path, capsys):
     p.write_text(yaml.safe_dump(spec))
     assert main([str(p)]) == 2
     assert "cluster.model" in capsys.readouterr().err
+
+
+# --- the comparison and the recorded runs -------------------------------------------------------
+
+
+def _meas(q, s, ttft, tok, kv=""):
+    return {"stage_qps": q, "scheduler": s, "ttft_p90_s": ttft, "output_tok_s": tok,
+            "ttft_mean_s": ttft, "itl_mean_s": 0.02, "kv_usage_mean": kv, "wait_queue_mean": ""}  # fmt: skip
+
+
+def _sim(stage, q, s, ttft, tok, kv=0.5, seed=0):
+    return {"seed": seed, "stage": stage, "stage_qps": q, "scheduler": s, "ttft_p90_s": ttft,
+            "output_tok_s": tok, "ttft_mean_s": ttft, "itl_mean_s": 0.02, "requests_s": q,
+            "kv_usage_mean": kv, "wait_queue_mean": 1.0, "hit_rate": 0.5, "duration_s": 10}  # fmt: skip
+
+
+def test_compare_criteria_by_hand():
+    measured = [
+        _meas(3, "a", 0.5, 1000), _meas(3, "b", 5.0, 1000),
+        _meas(10, "a", 0.6, 2000), _meas(10, "b", 50.0, 1500),
+        _meas(20, "a", 20.0, 3000), _meas(20, "b", 90.0, 1500),
+        _meas("all", "a", 7, 2000, 0.60), _meas("all", "b", 48, 1333, 0.70),
+    ]  # fmt: skip
+    sim = [
+        _sim(0, 3, "a", 9.0, 500),  # a warm-up at 3 QPS: only the last stage of a rate counts
+        _sim(1, 3, "a", 0.4, 1100), _sim(1, 3, "b", 4.0, 1200),
+        _sim(2, 10, "a", 12.0, 2000), _sim(2, 10, "b", 8.0, 1500),  # order wrong, b early
+        _sim(3, 20, "a", 30.0, 3300), _sim(3, 20, "b", 95.0, 1500),
+    ]  # fmt: skip
+    res = compare(measured, sim)
+    assert (res["order_pairs"], res["order_agree"]) == (3, 2)
+    assert res["order_disagreements"] == [("10", "a", "b")]
+    assert res["first_past_10s"]["a"] == {"measured": "20", "sim": "10", "within_one": True}
+    assert res["first_past_10s"]["b"] == {"measured": "10", "sim": "20", "within_one": True}
+    # |errors|: a 10 %, 0 %, 10 %; b 20 %, 0 %, 0 % -> median 5 %
+    assert res["output_tok_s_median_abs_err"] == pytest.approx(0.05)
+    assert res["kv_usage_points"] == pytest.approx({"a": -10.0, "b": -20.0})
+    assert "| 3 | a | 0.50 | 0.40 |" in markdown(res)
+
+
+RECORDED = SPEC_73.parent / "73-capacity-sim.csv"
+
+
+@pytest.mark.parametrize(("name", "stages"), [("precise-scheduling", 3), ("load-scheduling", 2)])
+def test_recorded_simulation_is_what_the_code_gives(name, stages):
+    rec = [r for r in read_csv(RECORDED) if r["scheduler"] == name and r["seed"] == "0"]
+    spec = load_spec(SPEC_73)
+    rows = run_scheduler(spec.cluster, spec.workload, spec.schedulers[name], seed=0,
+                         stages=stages, frontend_s=float(rec[0]["frontend_s"]))  # fmt: skip
+    for got, want in zip(rows, rec[:stages], strict=False):
+        for m in ("output_tok_s", "ttft_p90_s", "ttft_mean_s", "kv_usage_mean", "hit_rate"):
+            assert got[m] == pytest.approx(float(want[m]), rel=1e-4), (name, got["stage"], m)

@@ -17,7 +17,8 @@ from concurrent.futures import ProcessPoolExecutor
 from .fleet import METRICS, run_scheduler
 from .spec import load_spec
 
-COLUMNS = ("seed", "stage", "stage_qps", "scheduler", *METRICS, "tpot_mean_s", "preempted")
+COLUMNS = ("seed", "stage", "stage_qps", "scheduler", *METRICS, "tpot_mean_s", "preempted",
+           "duration_s", "frontend_s")  # fmt: skip
 
 
 def _one(args):
@@ -29,6 +30,7 @@ def _one(args):
     for r in rows:
         r["scheduler"] = name
         r["seed"] = seed
+        r["frontend_s"] = frontend_s
     return rows, time.perf_counter() - t
 
 

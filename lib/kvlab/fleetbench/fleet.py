@@ -21,8 +21,9 @@ Per stage, as inference-perf's report computes them (``reportgen/base.py`` L122-
   (``apis/completion.py`` L51-54), so half of the gaps are about zero: the mean is about half the
   time per output token. Here, with one event per token: (finish - first token) / (2 n + 1) per
   request, pooled;
-* ``kv_usage_mean``, ``wait_queue_mean``: the pods' KV usage (0..1) and waiting queue, averaged
-  over pods and ticks of the stage (from its start to its end);
+* ``kv_usage_mean``, ``wait_queue_mean``: the pods' KV usage (0..1) and waiting queue as they
+  publish them (:func:`published_waiting`), averaged over pods and samples of the stage (from its
+  start to its end);
 * ``hit_rate``: prompt tokens served from the prefix cache / prompt tokens, at admission.
 """
 
@@ -131,6 +132,7 @@ def run_scheduler(cluster: Cluster, workload: Workload, scheduler: dict, *, name
     time_rng = np.random.default_rng([seed, 2])
     views = [PodView() for _ in engines]
     rows = []
+    started: dict[int, float] = {}  # id(engine) -> start of its last step
     t0 = 0.0
     todo = workload.stages if stages is None else workload.stages[:stages]
     for si, stage in enumerate(todo):
@@ -151,16 +153,16 @@ def run_scheduler(cluster: Cluster, workload: Workload, scheduler: dict, *, name
             t_scrape = k * refresh_s if nxt < n else math.inf
             t = min(t_sample, t_scrape)
             for e in engines:
-                _run_to(e, t, left, last)
+                _run_to(e, t, left, last, started)
             if t == t_sample:
                 for e in engines:
                     usage_sum += e.kv_usage
-                    wait_sum += e.num_waiting
+                    wait_sum += published_waiting(e, started.get(id(e), -math.inf))
                 samples += len(engines)
                 t_sample += sample_s
             if t == t_scrape:
                 for v, e in zip(views, engines, strict=True):
-                    v.waiting = e.num_waiting
+                    v.waiting = published_waiting(e, started.get(id(e), -math.inf))
                     v.kv_usage = e.kv_usage
                 t_next = (k + 1) * refresh_s
                 while nxt < n and send[nxt] < t_next:
@@ -171,7 +173,7 @@ def run_scheduler(cluster: Cluster, workload: Workload, scheduler: dict, *, name
                     r = Request((si, nxt), data.prompt_len, data.output_len, arrival_s=ts,
                                 keys=keys_of(info, bs))  # fmt: skip
                     e = engines[pod]
-                    _run_to(e, ts, left, last)  # the pod runs up to the request's arrival
+                    _run_to(e, ts, left, last, started)  # the pod runs up to the arrival
                     if not e.has_work():
                         e.now = max(e.now, ts)
                     e.add(r)
@@ -190,13 +192,26 @@ def run_scheduler(cluster: Cluster, workload: Workload, scheduler: dict, *, name
     return rows
 
 
-def _run_to(e: Engine, t: float, left: list, last: list) -> None:
-    """Run ``e``'s steps that start before ``t``, counting finishes into ``left`` and ``last``."""
+def _run_to(e: Engine, t: float, left: list, last: list, started: dict) -> None:
+    """Run ``e``'s steps that start before ``t``, counting finishes into ``left`` and ``last``
+    and keeping the start of its last step in ``started``."""
     while e.has_work() and e.now < t:
         rec = e.advance(t)
-        if rec is not None and rec.finished:
+        if rec is None:
+            break
+        started[id(e)] = rec.start_s
+        if rec.finished:
             left[0] -= len(rec.finished)
             last[0] = max(last[0], rec.end_s)
+
+
+def published_waiting(e: Engine, last_start: float) -> int:
+    """``vllm:num_requests_waiting`` as the pod publishes it: the scheduler's waiting queue as its
+    last step left it (``Scheduler.make_stats``, called from ``update_from_output`` at the end of
+    a step, ``vllm/v1/core/sched/scheduler.py``); a request that arrived since that step's
+    scheduling sits in the engine core's input queue and is not counted (the core takes its input
+    queue between steps, ``vllm/v1/engine/core.py``, ``run_busy_loop``)."""
+    return sum(1 for r in e.waiting if r.arrival_s < last_start)
 
 
 def _stored(index: KVEventIndex, pod: int, keys: list) -> None:
