@@ -403,3 +403,14 @@ def test_recorded_simulation_is_what_the_code_gives(name, stages):
     for got, want in zip(rows, rec[:stages], strict=False):
         for m in ("output_tok_s", "ttft_p90_s", "ttft_mean_s", "kv_usage_mean", "hit_rate"):
             assert got[m] == pytest.approx(float(want[m]), rel=1e-4), (name, got["stage"], m)
+
+
+def test_published_waiting_leaves_out_requests_that_came_during_the_step():
+    from collections import deque
+    from types import SimpleNamespace
+
+    from kvlab.fleetbench.fleet import published_waiting
+
+    e = SimpleNamespace(waiting=deque(SimpleNamespace(arrival_s=t) for t in (1.0, 2.0, 2.5, 3.2)))
+    assert published_waiting(e, last_start=2.6) == 3  # 3.2 came after the step was scheduled
+    assert published_waiting(e, last_start=0.5) == 0

@@ -5,16 +5,16 @@ Each plugin computes its score as the source of the release the benchmark ran do
 line ranges are those of that release):
 
 * ``queue-scorer`` (gateway-api-inference-extension v0.5.1,
-  ``pkg/epp/scheduling/framework/plugins/scorer/queue.go`` L67-93): ``(max - q) / (max - min)``
+  ``pkg/epp/scheduling/framework/plugins/scorer/queue.go`` L67-97): ``(max - q) / (max - min)``
   over the pods' waiting-queue lengths, 1 for every pod when they are all equal;
-* ``kv-cache-scorer`` (same release, ``scorer/kvcache.go`` L65-70): ``1 - KV-cache usage``;
+* ``kv-cache-scorer`` (same release, ``scorer/kvcache.go`` L65-71): ``1 - KV-cache usage``;
 * ``prefix-cache-scorer``, approximate (``multi/prefix/plugin.go`` L168-190 and L239-270,
-  ``multi/prefix/indexer.go`` L52-112): the prompt's first ``maxPrefixBlocksToMatch`` blocks of
-  ``blockSize`` *characters* (default 64 and 256) are hashed in a chain; a server's match counts
+  ``multi/prefix/indexer.go`` L52-111): the prompt's first ``maxPrefixBlocksToMatch`` blocks of
+  ``hashBlockSize`` *characters* (default 64 and 256) are hashed in a chain; a server's match counts
   the leading run of hashes found on any server that it holds, divided by the number of hashes;
   after each pick the chosen server's LRU record (``lruCapacityPerServer`` entries) takes all the
   request's hashes (``PostCycle``, L198-210). Text is modelled as ``chars_per_token`` characters a
-  token (4, the plugin's own guess, plugin.go L38-40);
+  token (4, the plugin's own guess, plugin.go L37-38);
 * ``prefix-cache-scorer`` with ``mode: cache_tracking`` (llm-d-inference-scheduler b9c56d3,
   ``pkg/plugins/scorer/prefix_cache.go`` L44-60 and ``prefix_cache_tracking.go`` L113-137, over
   llm-d-kv-cache-manager v0.2.1): the prompt's tokens known to the tokenizer cache (``indexer.go``
@@ -26,7 +26,7 @@ line ranges are those of that release):
   the first key, the others get 0 (``pkg/plugins/scorer/utils.go`` L13-53). Events reach the index
   when the step that stores or evicts the blocks runs (ZMQ delivery is not modelled);
 * ``random-picker`` (``picker/random_picker.go`` L84-100): a uniformly random pod;
-  ``max-score-picker`` (``picker/max_score_picker.go`` L86-110): the highest weighted sum, ties
+  ``max-score-picker`` (``picker/max_score_picker.go`` L86-117): the highest weighted sum, ties
   broken at random (the pods are shuffled before a stable sort);
 * the weighted sum (``scheduler_profile.go`` L148-163): each scorer's score times its weight,
   summed.
