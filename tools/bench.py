@@ -4,9 +4,10 @@ compiled loop against its reference loop (requests simulated per second and the 
 the same run), simulated requests per second per policy and cache model, the routing demo's
 recompute time (all four policies at the defaults), and the routing explorer's grid (its stored
 compute time, one job timed now and the whole grid extrapolated; ``--explorer-grid`` recomputes
-the whole grid on every core, into a temporary file); then the real engine's figures (vLLM, the
-engine environment of `make engine`): start-up, cold and cached TTFT, requests per second of a
-chat-stream replay, memory peak.
+the whole grid on every core, into a temporary file), the 73-capacity fleet benchmark's
+four-scheduler ladder (kvlab.fleetbench, one seed on two processes); then the real engine's
+figures (vLLM, the engine environment of `make engine`): start-up, cold and cached TTFT, requests
+per second of a chat-stream replay, memory peak.
 
 Usage: python tools/bench.py [--repeat N] [--explorer-grid] [--no-engine] [--simulators-only]
 """
@@ -218,6 +219,29 @@ def explorer_bench(full: bool) -> None:
             print(f"  whole grid recomputed: {time.perf_counter() - t0:.1f} s on {cores} cores")
 
 
+def fleetbench_ladder(jobs: int = 2) -> None:
+    """The 73-capacity benchmark's four-scheduler ladder (kvlab.fleetbench), one seed, on ``jobs``
+    processes: wall time of the whole ladder (the issue's target: under 2 minutes a seed on 2
+    cores) and each scheduler's own time."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from kvlab.fleetbench.__main__ import _one
+    from kvlab.fleetbench.spec import load_spec
+
+    path = str(Path(__file__).resolve().parents[1] / "data" / "fleetbench" / "73-capacity.yaml")
+    spec = load_spec(path)
+    todo = [(path, name, 0, 0.05) for name in spec.schedulers]
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(jobs) as ex:
+        out = list(ex.map(_one, todo))
+    wall = time.perf_counter() - t0
+    n = sum(s.num_requests for s in spec.workload.stages) * len(todo)
+    print(f"fleetbench, 73-capacity ladder (4 schedulers x 17 stages, {n:,} requests), seed 0, "
+          f"{jobs} processes: {wall:.1f} s wall, {n / wall:,.0f} simulated requests/s")  # fmt: skip
+    for (_, name, _, _), (_, secs) in zip(todo, out, strict=True):
+        print(f"  {name:22s} {secs:6.1f} s")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=3)
@@ -257,6 +281,7 @@ def main(argv=None) -> int:
         s = best_of(lambda p=p: fleet.simulate(t, policy=p, warmup=2_000, paths=tp), 1)
         print(f"  prefix            {p:12s} {len(t) / s:10,.0f} requests/s  ({s * 1e3:6.1f} ms)")
     explorer_bench(args.explorer_grid)
+    fleetbench_ladder()
     from kvlab import pdsim, queueing
 
     print(

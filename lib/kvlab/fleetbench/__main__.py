@@ -1,0 +1,85 @@
+"""``python -m kvlab.fleetbench SPEC.yaml [--seeds N] [--out FILE.csv] [--jobs J]
+[--frontend-s S]``: every scheduler of the spec over the whole workload, ``N`` seeds (0 .. N-1);
+one CSV row per seed, scheduler and stage.
+
+``--frontend-s``: the time a request spends outside the engine, added to TTFT; by default the one
+the engine model's validation sets on held-out H200 rows (:func:`kvlab.validate.silicon.knobs`),
+never on the rows a spec is scored against."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from .fleet import METRICS, run_scheduler
+from .spec import load_spec
+
+COLUMNS = ("seed", "stage", "stage_qps", "scheduler", *METRICS, "tpot_mean_s", "preempted",
+           "duration_s", "frontend_s")  # fmt: skip
+
+
+def _one(args):
+    path, name, seed, frontend_s = args
+    spec = load_spec(path)
+    t = time.perf_counter()
+    rows = run_scheduler(spec.cluster, spec.workload, spec.schedulers[name], name=name, seed=seed,
+                         frontend_s=frontend_s)  # fmt: skip
+    for r in rows:
+        r["scheduler"] = name
+        r["seed"] = seed
+        r["frontend_s"] = frontend_s
+    return rows, time.perf_counter() - t
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kvlab.fleetbench", description=__doc__)
+    ap.add_argument("spec")
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--out", default=None, help="CSV file (default: standard output)")
+    ap.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
+    ap.add_argument("--frontend-s", type=float, default=None,
+                    help="seconds outside the engine per request (default: kvlab.validate's)")  # fmt: skip
+    a = ap.parse_args(argv)
+    if a.seeds < 1:
+        ap.error(f"--seeds must be at least 1, got {a.seeds}")
+    if a.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {a.jobs}")
+    try:
+        spec = load_spec(a.spec)
+    except ValueError as e:
+        print(f"{a.spec}: {e}", file=sys.stderr)
+        return 2
+    frontend_s = a.frontend_s
+    if frontend_s is None:
+        from ..validate import silicon
+
+        frontend_s = silicon.knobs().frontend_s
+    if frontend_s < 0:
+        ap.error(f"--frontend-s must be at least 0, got {frontend_s}")
+    print(f"frontend_s = {frontend_s * 1e3:.1f} ms", file=sys.stderr)
+    jobs = [(a.spec, n, seed, frontend_s) for seed in range(a.seeds) for n in spec.schedulers]
+    if a.jobs > 1:
+        with ProcessPoolExecutor(a.jobs) as ex:
+            results = list(ex.map(_one, jobs))
+    else:
+        results = [_one(j) for j in jobs]
+    out = open(a.out, "w", newline="") if a.out else sys.stdout
+    try:
+        w = csv.DictWriter(out, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for rows, _ in results:
+            for r in rows:
+                w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    finally:
+        if a.out:
+            out.close()
+    for (_, name, seed, _), (_, secs) in zip(jobs, results, strict=True):
+        print(f"seed {seed} {name}: {secs:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
