@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..serving.deadline import TimeLimit, time_limit
 from ..serving.engine import (
     ENGINE_VENV,
     ROOT,
@@ -55,7 +56,10 @@ def run_job(
 
     ``in_process=None`` picks: in this Python when ``vllm`` imports here, else in the engine
     environment through a subprocess (its log goes to a temporary file whose tail is shown on
-    failure). The result gains ``"where"``: "in-process" or the engine Python's path.
+    failure). The result gains ``"where"``: "in-process" or the engine Python's path. A job past
+    ``timeout_s`` raises :class:`EngineError` either way: the subprocess is stopped, the job in
+    this Python is interrupted by an alarm (main thread only; see
+    :func:`kvlab.measure.serving.deadline.time_limit`).
     """
     if job not in engine_jobs.JOBS:
         raise ValueError(f"job must be one of {sorted(engine_jobs.JOBS)}, got {job!r}")
@@ -64,8 +68,11 @@ def run_job(
         in_process = vllm_here()
     if in_process:
         set_process_env(params.get("model"))
-        with engine_lock():
-            out = engine_jobs.JOBS[job](**params)
+        try:
+            with engine_lock(), time_limit(timeout_s, f"engine job {job!r}"):
+                out = engine_jobs.JOBS[job](**params)
+        except TimeLimit as e:  # the job unwound (its engine shut down) when the alarm fired
+            raise EngineError(str(e)) from None
         out["where"] = "in-process"
         return out
     py = engine_python(venv)
