@@ -87,3 +87,23 @@
     open(button, sidebar, dialog);
   }, true);
 })();
+
+// A diagram opens full size on a click: each card diagram (img.kvlab-diagram) is wrapped in a link
+// to its own SVG, which the browser shows at its full size and lets a reader zoom.
+(function () {
+  "use strict";
+  function link() {
+    document.querySelectorAll("img.kvlab-diagram").forEach(function (img) {
+      if (img.closest("a")) { return; }
+      var a = document.createElement("a");
+      a.href = img.getAttribute("src");
+      a.className = "kvlab-diagram-link";
+      a.title = "Open the diagram full size";
+      img.parentNode.insertBefore(a, img);
+      a.appendChild(img);
+    });
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", link);
+  } else { link(); }
+})();
