@@ -78,7 +78,9 @@ CONTRAST_JS = """() => {
 
 def _dark_page(page, server, width=1280):
     page.set_viewport_size({"width": width, "height": 900})
-    page.add_init_script("localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark');")
+    page.add_init_script(
+        "localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark');"
+    )
     page.route(
         "**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort()
     )
@@ -110,9 +112,12 @@ def test_dark_text_contrast(site, server, browser, rel, width):
     result = on_fresh_page(browser, visit)
     assert result["checked"] > 20, f"{rel}: only {result['checked']} text elements measured"
     bad = result["failures"]
-    assert not bad, f"{rel} (dark, {width} px): {len(bad)} text elements under WCAG AA: " + "; ".join(
-        f"{b['tag']}.{b['cls']} {b['text']!r} {b['ratio']}:1 < {b['need']} ({b['color']} on {b['background']})"
-        for b in bad[:8]
+    assert not bad, (
+        f"{rel} (dark, {width} px): {len(bad)} text elements under WCAG AA: "
+        + "; ".join(
+            f"{b['tag']}.{b['cls']} {b['text']!r} {b['ratio']}:1 < {b['need']} ({b['color']} on {b['background']})"
+            for b in bad[:8]
+        )
     )
 
 

@@ -76,7 +76,10 @@ def _drawer_opens_and_closes(page, selector: str, dialog_id: str, how: str) -> l
 @pytest.mark.parametrize("rel", PAGES)
 @pytest.mark.parametrize(
     "selector,dialog_id",
-    [(".primary-toggle", "pst-primary-sidebar-modal"), (".secondary-toggle", "pst-secondary-sidebar-modal")],
+    [
+        (".primary-toggle", "pst-primary-sidebar-modal"),
+        (".secondary-toggle", "pst-secondary-sidebar-modal"),
+    ],
     ids=["menu", "contents"],
 )
 def test_phone_drawers_open_and_close(site, server, browser, rel, selector, dialog_id):
