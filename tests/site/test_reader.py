@@ -36,6 +36,10 @@ LAYOUT_PAGES = [
     "book/p22-card.html",
     "notebooks/p08-01-why-prefixes-share.html",
     "book/self-check.html",
+    # long inline code and long URLs (issue 36)
+    "notebooks/labs/lab1-vllm-prefix-caching.html",
+    "notebooks/labs/lab3-disaggregated-prefill.html",
+    "book/references.html",
     *EXPLORERS,
 ]
 # First-visit weight limits (bytes, as served: uncompressed) by page type, and the page measured for
@@ -434,3 +438,37 @@ def test_no_empty_top_bar_on_desktop(site, server, browser):
 
     empty = on_fresh_page(browser, visit)
     assert empty is None, f"an empty top bar {empty} px high sits over every page"
+
+
+# Every table wider than its column at 390 px, and whether a visible line right above it says that
+# it scrolls (kvlab-site.js); at 1,280 px, the tables that fit and still carry such a line.
+TABLE_CUES_JS = """() => Array.from(document.querySelectorAll(
+    '.bd-article .pst-scrollable-table-container, .bd-article .table-wrapper')).map(box => {
+  const cue = box.previousElementSibling;
+  const shown = !!cue && cue.classList.contains('kvlab-scroll-cue') &&
+    cue.getBoundingClientRect().height > 0 && getComputedStyle(cue).visibility !== 'hidden';
+  return {wide: box.scrollWidth > box.clientWidth + 1, cue: shown,
+          head: (box.querySelector('th, td') || box).textContent.trim().slice(0, 30)};
+})"""
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+@pytest.mark.parametrize(
+    "rel", ["book/p08-deeper.html", "book/library-map.html", "book/p22-card.html"]
+)
+def test_wide_tables_say_they_scroll(site, server, browser, width, rel):
+
+    def visit(page):
+        _set_up(page, server, {"width": width, "height": 900})
+        page.goto(server.base + rel, wait_until="load")
+        page.wait_for_timeout(300)
+        return page.evaluate(TABLE_CUES_JS)
+
+    tables = on_fresh_page(browser, visit)
+    assert tables, f"{rel} has no tables"
+    if width == 390 and rel != "book/p22-card.html":
+        assert any(t["wide"] for t in tables), f"{rel}: no table is wider than a phone"
+    silent = [t["head"] for t in tables if t["wide"] and not t["cue"]]
+    needless = [t["head"] for t in tables if t["cue"] and not t["wide"]]
+    assert not silent, f"{rel} at {width} px: tables that scroll without saying so: {silent}"
+    assert not needless, f"{rel} at {width} px: a scroll cue over a table that fits: {needless}"

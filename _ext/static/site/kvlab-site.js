@@ -107,3 +107,35 @@
     document.addEventListener("DOMContentLoaded", link);
   } else { link(); }
 })();
+
+// A table wider than the text column scrolls inside it (kvlab-site.css); a line above it says so,
+// since a phone shows no scroll bar until the table is touched. The line comes and goes with the
+// window's width.
+(function () {
+  "use strict";
+  var SEL = ".bd-article .pst-scrollable-table-container, .bd-article .table-wrapper";
+  function mark() {
+    document.querySelectorAll(SEL).forEach(function (box) {
+      var wide = box.scrollWidth > box.clientWidth + 1;
+      var cue = box.previousElementSibling;
+      var has = cue && cue.classList.contains("kvlab-scroll-cue");
+      if (wide && !has) {
+        cue = document.createElement("p");
+        cue.className = "kvlab-scroll-cue";
+        cue.textContent = "The table is wider than the page: scroll it sideways for more \u2192";
+        box.parentNode.insertBefore(cue, box);
+      } else if (!wide && has) {
+        cue.remove();
+      }
+      box.classList.toggle("kvlab-scrolls", wide);
+    });
+  }
+  function start() {
+    mark();
+    var t = null;
+    window.addEventListener("resize", function () { clearTimeout(t); t = setTimeout(mark, 150); });
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else { start(); }
+})();
