@@ -187,3 +187,28 @@ def test_diagram_follows_the_dark_theme(site, server, browser, rel):
     inks = [c for c, n in counts.most_common(40) if n > 30 and _ratio(c, panel) >= 1.2]
     best = max((_ratio(c, panel) for c in inks), default=1.0)
     assert best >= AA, f"{rel}: the diagram's strongest ink reaches only {best:.2f}:1 on its panel"
+
+
+@pytest.mark.parametrize("rel", list(DIAGRAM_PAGES))
+def test_diagram_opens_full_size_on_a_click(site, server, browser, rel):
+    """A tap on a card's diagram opens its SVG on its own, at its full size (issue 36)."""
+    name = DIAGRAM_PAGES[rel]
+
+    def visit(page):
+        _dark_page(page, server, 390)
+        page.goto(server.base + rel, wait_until="load")
+        img = page.locator(f"img[src*='{name}']").first
+        shown = img.bounding_box()["width"]
+        with page.expect_navigation(timeout=10_000):
+            img.click()
+        opened = page.evaluate(
+            """() => { const s = document.querySelector('svg');
+            return {url: location.href, width: s ? s.getBoundingClientRect().width : 0}; }"""
+        )
+        return shown, opened
+
+    shown, opened = on_fresh_page(browser, visit)
+    assert opened["url"].endswith(f"{name}.svg"), f"{rel}: a click on the diagram led to {opened}"
+    assert opened["width"] > 1.5 * shown, (
+        f"{rel}: the opened diagram is {opened['width']:.0f} px wide, the page showed {shown:.0f}"
+    )
