@@ -48,7 +48,10 @@ LAYOUT_PAGES = [
 WEIGHT_PAGES = {
     "prose": ("book/intro.html", 1_500_000),
     "prose (glossary)": ("book/glossary.html", 1_500_000),
-    "prose with formulas": ("book/p08-card.html", 1_500_000),
+    "prose with formulas": ("book/p08-deeper.html", 1_500_000),
+    # the cards write their few symbols as text and load no MathJax (issue 36: at most 1 MB)
+    "card (Problem 8)": ("book/p08-card.html", 1_000_000),
+    "card (Problem 22)": ("book/p22-card.html", 1_000_000),
     "prose with formulas and the quiz": ("book/self-check.html", 1_500_000),
     "notebook": ("notebooks/p08-01-why-prefixes-share.html", 2_000_000),
     "notebook (figures and formulas)": ("notebooks/p08-07-queues-and-latency.html", 2_000_000),
@@ -472,3 +475,12 @@ def test_wide_tables_say_they_scroll(site, server, browser, width, rel):
     needless = [t["head"] for t in tables if t["cue"] and not t["wide"]]
     assert not silent, f"{rel} at {width} px: tables that scroll without saying so: {silent}"
     assert not needless, f"{rel} at {width} px: a scroll cue over a table that fits: {needless}"
+
+
+@pytest.mark.parametrize("rel", ["book/p08-card.html", "book/p22-card.html", "book/intro.html"])
+def test_pages_without_maths_load_no_mathjax(site, rel):
+    """MathJax (about 0.75 MB) only where a page has a formula: the cards and the home page have none."""
+    html = (site / rel).read_text(encoding="utf-8")
+    head = html.split("<body", 1)[0]
+    assert "mathjax" not in head.lower(), f"{rel} loads MathJax"
+    assert 'class="math' not in html, f"{rel} has a formula (write its symbols as text)"
