@@ -14,6 +14,8 @@ through the same colour transform the page applies, stands out from what it is d
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import on_fresh_page
 
@@ -212,3 +214,38 @@ def test_diagram_opens_full_size_on_a_click(site, server, browser, rel):
     assert opened["width"] > 1.5 * shown, (
         f"{rel}: the opened diagram is {opened['width']:.0f} px wide, the page showed {shown:.0f}"
     )
+
+
+SVG_FONT = re.compile(r"font-size:\s*([\d.]+)px")
+VIEWBOX = re.compile(r'viewBox="0 0 ([\d.]+) ')
+
+
+def smallest_label_units(svg: str) -> float:
+    """The smallest font size in an SVG's own units (matplotlib writes them in points)."""
+    return min(float(x) for x in SVG_FONT.findall(svg))
+
+
+@pytest.mark.parametrize("rel", list(DIAGRAM_PAGES))
+def test_diagram_labels_are_readable_on_a_desktop(site, server, browser, rel):
+    """At 1,280 px every label of a card's diagram is drawn at 12 px or more (issue 36)."""
+    name = DIAGRAM_PAGES[rel]
+
+    def visit(page):
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.route(
+            "**/*",
+            lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort(),
+        )
+        page.goto(server.base + rel, wait_until="load")
+        img = page.locator(f"img[src*='{name}']").first
+        return img.get_attribute("src"), img.bounding_box()["width"]
+
+    src, shown = on_fresh_page(browser, visit)
+    svg = (site / rel).parent.joinpath(src.split("?")[0]).resolve().read_text(encoding="utf-8")
+    scale = shown / float(VIEWBOX.search(svg).group(1))
+    px = smallest_label_units(svg) * scale
+    assert px >= 12 - 0.05, f"{rel}: the diagram's smallest label is drawn at {px:.1f} px"
+
+
+def test_label_size_check_can_fail():
+    assert smallest_label_units('<text style="font-size: 7.5px">a</text>') == 7.5
