@@ -484,3 +484,39 @@ def test_pages_without_maths_load_no_mathjax(site, rel):
     head = html.split("<body", 1)[0]
     assert "mathjax" not in head.lower(), f"{rel} loads MathJax"
     assert 'class="math' not in html, f"{rel} has a formula (write its symbols as text)"
+
+
+# The explorer's visible SVG labels that touch or overlap another (less than 1 px apart both ways),
+# and those cut by the chart's edge.
+LABEL_CLASH_JS = """(id) => {
+  const root = document.getElementById(id);
+  const texts = Array.from(root.querySelectorAll('svg text')).filter(t => {
+    const r = t.getBoundingClientRect(); const s = getComputedStyle(t);
+    return r.width > 0 && r.height > 0 && t.textContent.trim() && s.visibility !== 'hidden' &&
+      parseFloat(s.opacity || 1) > 0 && parseFloat(t.getAttribute('opacity') || 1) > 0;
+  }).map(t => ({t: t.textContent.trim(), r: t.getBoundingClientRect()}));
+  const clash = [];
+  for (let i = 0; i < texts.length; i++) for (let j = i + 1; j < texts.length; j++) {
+    const a = texts[i].r, b = texts[j].r;
+    const ox = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+    const oy = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+    if (ox > -1 && oy > 1) clash.push(texts[i].t + ' | ' + texts[j].t);
+  }
+  const box = root.querySelector('svg').getBoundingClientRect();
+  const cut = texts.filter(x => x.r.left < box.left - 1 || x.r.right > box.right + 1).map(x => x.t);
+  return {n: texts.length, clash, cut};
+}"""
+
+
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
+@pytest.mark.parametrize("rel", list(EXPLORERS))
+def test_explorer_labels_do_not_collide_on_a_phone(site, server, browser, rel, dark):
+    def visit(page):
+        _set_up(page, server, PHONE, dark)
+        _goto(page, server.base + rel, rel)
+        return page.evaluate(LABEL_CLASH_JS, EXPLORERS[rel])
+
+    got = on_fresh_page(browser, visit)
+    assert got["n"] >= 10, f"{rel}: only {got['n']} labels drawn"
+    assert not got["clash"], f"{rel} at 390 px: labels run into each other: {got['clash'][:6]}"
+    assert not got["cut"], f"{rel} at 390 px: labels cut by the chart's edge: {got['cut'][:6]}"
