@@ -32,8 +32,12 @@ DIALOG_JS = """(id) => { const d = document.getElementById(id);
   return {open: d.open, width: Math.round(r.width), links: d.querySelectorAll('a').length}; }"""
 
 
-def _set_up(page, server, viewport):
+def _set_up(page, server, viewport, dark=False):
     page.set_viewport_size(viewport)
+    mode = "dark" if dark else "light"
+    page.add_init_script(
+        f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');"
+    )
     page.route(
         "**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort()
     )
@@ -73,6 +77,7 @@ def _drawer_opens_and_closes(page, selector: str, dialog_id: str, how: str) -> l
     return problems
 
 
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
 @pytest.mark.parametrize("rel", PAGES)
 @pytest.mark.parametrize(
     "selector,dialog_id",
@@ -82,9 +87,9 @@ def _drawer_opens_and_closes(page, selector: str, dialog_id: str, how: str) -> l
     ],
     ids=["menu", "contents"],
 )
-def test_phone_drawers_open_and_close(site, server, browser, rel, selector, dialog_id):
+def test_phone_drawers_open_and_close(site, server, browser, rel, selector, dialog_id, dark):
     def visit(page):
-        _set_up(page, server, PHONE)
+        _set_up(page, server, PHONE, dark)
         page.goto(server.base + rel, wait_until="load")
         problems = _drawer_opens_and_closes(page, selector, dialog_id, "backdrop")
         # a second time, closed with Escape: the drawer can be used more than once
@@ -103,10 +108,11 @@ SIDEBAR_JS = """() => { const s = document.getElementById('pst-primary-sidebar')
   return (r.width > 0 && c.visibility !== 'hidden' && c.display !== 'none'); }"""
 
 
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
 @pytest.mark.parametrize("rel", PAGES)
-def test_desktop_sidebar_button_hides_and_shows_the_sidebar(site, server, browser, rel):
+def test_desktop_sidebar_button_hides_and_shows_the_sidebar(site, server, browser, rel, dark):
     def visit(page):
-        _set_up(page, server, DESKTOP)
+        _set_up(page, server, DESKTOP, dark)
         page.goto(server.base + rel, wait_until="load")
         states = [page.evaluate(SIDEBAR_JS)]
         for _ in range(2):
