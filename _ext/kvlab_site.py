@@ -20,6 +20,9 @@
   the exercise, which jumped away instead): ``_ext/static/kvlab-site.js``.
 - One search box: the header's search button is hidden where the sidebar's search field shows.
 - Wide tables and long output lines scroll inside the text column instead of widening the page.
+- Figure (and table, code-block; not exercise) numbers restart on every page (``_numbers_per_page``): Sphinx
+  numbers them across the whole book unless the table of contents is numbered, so a card's only
+  diagram was "Fig. 10".
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ SEARCH_TAGS = re.compile(
 MATHJAX_START = "mathjax/startup.js"
 MATHJAX_COMPONENTS = ("input/tex", "output/chtml", "a11y/assistive-mml")
 CSS = "kvlab-site.css"
+# what is numbered per page (_numbers_per_page)
+PER_PAGE_TYPES = ("figure", "table", "code-block")
 JS = "kvlab-site.js"
 
 
@@ -76,6 +81,27 @@ def _config_inited(app, config):
 def _builder_inited(app):
     app.add_css_file(CSS)
     app.add_js_file(JS, loading_method="defer")
+
+
+def _numbers_per_page(app, env):
+    """Renumber each page's figures, tables and code blocks from 1, in their order on the page
+    (runs after Sphinx's own numbering, an ``env-get-updated`` handler); return the pages whose
+    numbers changed, so they are written again."""
+    changed = []
+    for docname, by_type in env.toc_fignumbers.items():
+        for figtype, numbers in by_type.items():
+            if figtype not in PER_PAGE_TYPES:
+                continue  # exercises keep their book-wide numbers (solutions cite them)
+            counters: dict[tuple, int] = {}
+            renumbered = {}
+            for fig_id in sorted(numbers, key=lambda i: numbers[i]):
+                prefix = tuple(numbers[fig_id][:-1])  # a section number, where the toc has one
+                counters[prefix] = counters.get(prefix, 0) + 1
+                renumbered[fig_id] = (*prefix, counters[prefix])
+            if renumbered != numbers:
+                by_type[figtype] = renumbered
+                changed.append(docname)
+    return sorted(set(changed))
 
 
 def _mathjax_only_where_used(app, pagename, templatename, context, doctree):
@@ -263,5 +289,6 @@ def setup(app):
     app.connect("config-inited", _config_inited)
     app.connect("builder-inited", _builder_inited)
     app.connect("html-page-context", _mathjax_only_where_used, priority=600)
+    app.connect("env-get-updated", _numbers_per_page, priority=900)
     app.connect("build-finished", _finished)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

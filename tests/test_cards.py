@@ -224,3 +224,32 @@ def test_moving_one_constant_turns_a_p22_card_claim_false():
     flipped = sorted(k for k in used & set(after) if now[k].holds and not after[k].holds)
     assert flipped, "no card claim depends on the decode step's fixed cost"
     assert "p22_claim_calibrations_disagree" in flipped
+
+
+@pytest.mark.parametrize("name", sorted(DIAGRAMS))
+def test_diagram_labels_fit_and_do_not_collide(name):
+    """Every label of a card's diagram is at least MIN_FONT_PT, inside the figure, and clear of
+    every other label (issue 36: labels were 8-11 px at 1,280 px)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.text import Text
+
+    from kvlab.plots import diagrams, use_style
+
+    use_style()
+    fig = getattr(diagrams, DIAGRAMS[name])()
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    small = [t.get_text() for t in texts if t.get_fontsize() < diagrams.MIN_FONT_PT]
+    assert not small, f"{name}: labels under {diagrams.MIN_FONT_PT} pt: {small}"
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    outside = [
+        s
+        for s, b in boxes
+        if not fig.bbox.contains(b.x0, b.y0) or not fig.bbox.contains(b.x1, b.y1)
+    ]
+    assert not outside, f"{name}: labels cut by the figure's edge: {outside}"
+    clash = [(a, c) for i, (a, b) in enumerate(boxes) for c, d in boxes[i + 1 :] if b.overlaps(d)]
+    assert not clash, f"{name}: labels drawn over each other: {clash}"

@@ -5,6 +5,7 @@ quiz's computed answers are the cards' glued figures."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -98,5 +99,100 @@ def test_quiz_answers_are_the_cards_figures():
     q = {x.id: x for x in selfcheck.questions()}
     assert units.fmt_pct(q["hit_random"].answer / 100) == GLUED["p08_hit_random"]
     assert units.fmt_pct(q["hit_aware"].answer / 100) == GLUED["p08_hit_aware"]
-    assert "{} : {}".format(*q["pools"].answer) == GLUED["p22_pd"]
+    assert "{} : {}".format(*q["pools"].answer) == GLUED["p22_pd_deploy"]
     assert "floor" in q["hit_random"].reason and "evicted" in q["hit_aware"].reason
+
+
+# ---- the answer boxes accept the answers the book states (issue 36) -----------------------------
+
+#: A number with its unit in a claim's sentence ("moves 8x more").
+QUANTITY = re.compile(r"\d[\d.,]*\s*(?:x|×|%|[kMGT]?i?B(?:/s)?|[kMGT]b/s|ms|s)\b|\d[\d.,]*x")
+
+
+def stated_texts(q) -> list[tuple[str, str]]:
+    """(key, text) for each way the book states ``q``'s answer: a glued figure's text, or, for a
+    claim, each quantity in its sentence."""
+    out = []
+    for key in q.stated_as:
+        value = GLUED.get(key)
+        assert value is not None, f"{q.id}: {key} is glued by no notebook"
+        if key.startswith(("p08_claim_", "p22_claim_")):
+            # the sentence's quantities in the question's family of units ("8x" for a factor,
+            # not the "70B" of the model's name)
+            family = selfcheck.UNITS[q.unit][0]
+            for m in QUANTITY.finditer(value):
+                try:
+                    unit = selfcheck.parse_quantity(m.group().strip())[1]
+                except ValueError:
+                    continue
+                if selfcheck.UNITS[unit][0] == family:
+                    out.append((key, m.group().strip()))
+        else:
+            out.append((key, value))
+    return out
+
+
+def question_sections() -> dict[str, str]:
+    """The self-check page's text for each question id: the numbered section holding its box."""
+    sections = re.split(r"(?m)^## ", text())
+    out = {}
+    for sec in sections:
+        for qid in re.findall(r"```\{quiz-box\} (\w+)", sec):
+            out[qid] = sec
+    return out
+
+
+def test_every_question_says_where_the_book_states_its_answer():
+    missing = [q.id for q in selfcheck.questions() if not q.stated_as]
+    assert not missing, (
+        f"questions with no stated_as (the glued keys that state the answer): {missing}"
+    )
+
+
+def test_every_answer_the_book_states_is_accepted():
+    """What a question's own worked answer (and the card it quotes) gives is right in its box."""
+    refused = []
+    for q in selfcheck.questions():
+        texts = stated_texts(q)
+        assert texts, f"{q.id}: no quantity found in {q.stated_as}"
+        for key, shown in texts:
+            v = selfcheck.check_answer(shown, q.answer, q.tolerance, q.unit)
+            if not v.ok:
+                refused.append(f"{q.id}: {shown!r} ({key}) -> {v.message}")
+    assert not refused, "the boxes refuse the book's own answers: " + "; ".join(refused)
+
+
+def test_stated_answers_are_in_the_questions_own_worked_answer():
+    sections = question_sections()
+    absent = []
+    for q in selfcheck.questions():
+        sec = sections.get(q.id, "")
+        answer = sec.split("```{admonition} Answer", 1)[-1] if sec else ""
+        for key in q.stated_as:
+            if f"`{key}`" not in answer:
+                absent.append(f"{q.id}: {key}")
+    assert not absent, f"keys named in stated_as but not in the question's worked answer: {absent}"
+
+
+def test_the_deployed_pools_are_the_cards():
+    q = {x.id: x for x in selfcheck.questions()}["pools"]
+    assert "p22_pd_deploy" in card_keys()
+    assert "{} : {}".format(*q.answer) == GLUED["p22_pd_deploy"]
+    assert "busy" in q.prompt
+
+
+def test_a_rate_is_asked_and_shown_in_a_rate_unit():
+    data = json.loads(selfcheck.rules_json())
+    shown = {q["id"]: q["shown"] for q in data["questions"]}
+    q = {x.id: x for x in selfcheck.questions()}["stream"]
+    assert q.unit == "GB/s" and shown["stream"].endswith("GB/s"), shown["stream"]
+    assert selfcheck.check_answer("19.7 GB/s", q.answer, unit=q.unit).ok
+    assert selfcheck.check_answer("157 Gb/s", q.answer, unit=q.unit).ok
+    assert not selfcheck.check_answer("19.7 Gb/s", q.answer, unit=q.unit).ok
+
+
+def test_the_acceptance_check_can_fail():
+    # the old quiz asked for the arithmetic's pools and refused the deployed 7 : 3
+    assert not selfcheck.check_answer(GLUED["p22_pd_deploy"], (6, 3), 0.0, "").ok
+    fake = selfcheck.Question("x", "?", 10.0, "GB", None, "", "", "", ("sc_16k_fp16",))
+    assert not selfcheck.check_answer(stated_texts(fake)[0][1], fake.answer, None, fake.unit).ok

@@ -548,8 +548,18 @@ def routing_explorer_spec(data_url: str) -> dict:
     )
     imb_text = (
         chosen.transform_filter("datum.rank == 1")
-        .transform_calculate(msg="'imbalance (max / mean) ' + datum.il + ' (' + datum.seeds + ')'")
-        .mark_text(align="right", baseline="top", fontSize=12, fontWeight="bold", color="#111111")
+        # two lines: on a phone one line ran over the y axis's labels
+        .transform_calculate(
+            msg="'imbalance (max / mean)\\n' + datum.il + ' (' + datum.seeds + ')'"
+        )
+        .mark_text(
+            align="right",
+            baseline="top",
+            fontSize=12,
+            fontWeight="bold",
+            color="#111111",
+            lineBreak="\n",
+        )
         .encode(text="msg:N", x=alt.value("width"), y=alt.value(4))
     )
     right = (pre_bars + headroom + mean_rule + imb_text).properties(

@@ -62,6 +62,11 @@ UNITS: dict[str, tuple[str, float]] = {
     "Mb": ("bytes", 1e6 / 8),
     "Gb": ("bytes", 1e9 / 8),
     "Tb": ("bytes", 1e12 / 8),
+    # rates, as a question's unit only: what a reader types after the number loses its "/s" as
+    # noise (_NOISE), so "19.7 GB/s" is read as 19.7 GB and compared in bytes
+    "MB/s": ("bytes", 1e6),
+    "GB/s": ("bytes", 1e9),
+    "Gb/s": ("bytes", 1e9 / 8),
     "s": ("seconds", 1.0),
     "ms": ("seconds", 1e-3),
     "µs": ("seconds", 1e-6),
@@ -136,6 +141,8 @@ _DENOMINATOR = re.compile(r"^\s*/\s*(?=[\d.,])")
 # The default tolerance: within 1 percentage point for a percentage, 2 % of the answer otherwise.
 PERCENT_POINTS = 1.0
 RELATIVE = 0.02
+# A pool is planned at most this busy (the self-check's P : D question deploys with it).
+MAX_BUSY = 0.9
 # A number as typed: digits with separators, an optional exponent.
 _NUMBER = re.compile(r"[-+]?(?:\d[\d.,]*|[.,]\d+)(?:[eE][-+]?\d+)?")
 _SPACE_GROUPS = re.compile(r"(?<=\d)[\u00a0\u202f_ '](?=\d{3}(?!\d))")
@@ -442,6 +449,9 @@ class Question(NamedTuple):
     hint: str
     reason: str  # one line: how the answer comes about
     derived_in: str  # the page (a docname) that derives it
+    # the glued keys whose text the book gives as this answer (in the self-check page's worked
+    # answer and on the cards): the box must accept each of them (tests/test_selfcheck_cards.py)
+    stated_as: tuple[str, ...] = ()
 
 
 def questions() -> list[Question]:
@@ -458,8 +468,16 @@ def questions() -> list[Question]:
     nics = assumptions.P22_TRANSFER.nics
     t_16k = calc.transfer_seconds(kv_16k, hardware.NIC_NDR_BYTES_PER_S, links=nics)
     mha = calc.kv_bytes_per_token(m.layers, m.q_heads, m.head_dim, 2) / per_token
-    pools = calc.pool_sizes(
-        pools_in.rate_rps, pools_in.prompt_tokens, pools_in.output_tokens, pools_in.tpot_s
+    # the pools deployed: each replica planned at most MAX_BUSY busy (the arithmetic's 6 : 3 runs
+    # prefill at 100 %, where a queue never drains), as the Problem 22 worked answer deploys them
+    demand = pools_in.rate_rps * pools_in.prompt_tokens
+    batch = calc.max_decode_batch(pools_in.tpot_s)
+    concurrency = calc.decode_concurrency(
+        pools_in.rate_rps, pools_in.output_tokens, pools_in.tpot_s
+    )
+    pools = (
+        calc.replicas_with_headroom(demand, max_busy=MAX_BUSY),
+        calc.replicas_with_headroom(concurrency, batch, max_busy=MAX_BUSY),
     )
     left = calc.hbm_for_kv(8, hardware.H100_SXM.hbm_bytes, m.params, 2, 0.9)
     mem_batch = calc.max_batch_memory(left, 32_000, 900, per_token)
@@ -478,6 +496,7 @@ def questions() -> list[Question]:
             f"prompt, plus the history one time in {p8.replicas}. A floor, not a prediction: "
             "prefix hits nest, so random routing keeps more while caches have room.",
             "notebooks/p08-04-worked-answer",
+            ("p08_hit_random",),
         ),
         Question(
             "hit_aware",
@@ -490,6 +509,7 @@ def questions() -> list[Question]:
             "new message, while the history is still cached (in the worked scenario most "
             "histories are evicted before the next turn).",
             "notebooks/p08-04-worked-answer",
+            ("p08_hit_aware",),
         ),
         Question(
             "kv_16k",
@@ -498,9 +518,12 @@ def questions() -> list[Question]:
             "GB",
             None,
             "2 (K and V) x layers x KV heads x head dim x 2 bytes, per token.",
-            f"{units.fmt_int(tokens_16k)} tokens x {units.fmt_bytes(per_token)} per token "
-            "(2 x 80 layers x 8 KV heads x 128 x 2 bytes).",
+            f"{units.fmt_int(tokens_16k)} tokens x {units.fmt_kib(per_token)} per token "
+            f"(2 x 80 layers x 8 KV heads x 128 x 2 bytes = {units.fmt_int(per_token)} bytes: "
+            f"{units.fmt_kib(per_token)} in binary units, as the cards say, or "
+            f"{units.fmt_bytes(per_token)} in decimal ones).",
             "notebooks/p22-02-worked-answer",
+            ("sc_16k_fp16",),
         ),
         Question(
             "t_16k",
@@ -511,6 +534,7 @@ def questions() -> list[Question]:
             "bytes / (8 x 50 GB/s).",
             f"{units.fmt_bytes(kv_16k)} split over {nics} NICs of 50 GB/s each.",
             "notebooks/p22-02-worked-answer",
+            ("sc_16k_t",),
         ),
         Question(
             "mha_factor",
@@ -521,19 +545,25 @@ def questions() -> list[Question]:
             "compare the number of KV heads.",
             f"{m.q_heads} KV heads instead of {m.kv_heads}: the KV per token grows by that ratio.",
             "notebooks/p22-02-worked-answer",
+            ("p22_claim_mistake_gqa",),
         ),
         Question(
             "pools",
-            "Prefill : decode replicas (type e.g. 3 : 4)?",
+            f"Prefill : decode replicas you deploy, each at most {units.fmt_pct(MAX_BUSY)} busy "
+            "(type e.g. 3 : 4)?",
             (int(pools[0]), int(pools[1])),
             "",
             0.0,
-            "prefill demand / 10,000; decode: Little's law concurrency / the largest batch "
-            "under 40 ms.",
+            f"prefill demand / 10,000 and decode's Little's law concurrency / the largest batch "
+            f"under 40 ms, each divided by {units.fmt_pct(MAX_BUSY)} and rounded up.",
             "Prefill tokens per second over one replica's rate; decode: Little's law "
             "concurrency over the largest batch that meets the TPOT target (the book's round "
-            "numbers). Deploy with headroom: no pool at 100 % busy.",
+            f"numbers). The arithmetic alone gives "
+            f"{_fmt_ratio(calc.pool_sizes(pools_in.rate_rps, pools_in.prompt_tokens, pools_in.output_tokens, pools_in.tpot_s))}"
+            f", with prefill 100 % busy; planned at most {units.fmt_pct(MAX_BUSY)} busy, you "
+            f"deploy {_fmt_ratio(pools)}.",
             "notebooks/p22-02-worked-answer",
+            ("p22_pd_deploy",),
         ),
         Question(
             "mem_batch",
@@ -545,17 +575,19 @@ def questions() -> list[Question]:
             f"{units.fmt_bytes(left)} left for KV over {units.fmt_bytes(32_900 * per_token)} "
             "per request, rounded down.",
             "solutions/p22-02-decode-memory",
+            ("ex_mem_batch",),
         ),
         Question(
             "stream",
             "Sustained KV stream, prefill to decode, in GB/s?",
             stream / 1e9,
-            "GB",
+            "GB/s",
             None,
             "requests/s x prompt tokens x bytes per token.",
             f"{pools_in.rate_rps:g} requests/s x {units.fmt_int(pools_in.prompt_tokens)} tokens x "
-            f"{units.fmt_bytes(per_token)} per token.",
+            f"{units.fmt_kib(per_token)} per token.",
             "solutions/p22-03-network-load",
+            ("ex_net_stream", "sc_stream_bits"),
         ),
     ]
 

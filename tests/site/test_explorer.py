@@ -27,7 +27,11 @@ MAX_PAGE_BYTES = 5_000_000
 # have none), the imbalance line, the right chart's title and the number of bars drawn.
 SHOWN_JS = """(id) => {
   const root = document.getElementById(id);
-  const texts = Array.from(root.querySelectorAll('svg text')).map(t => t.textContent);
+  // a label of several lines is drawn as tspans: read it as one line, the lines joined by a space
+  const texts = Array.from(root.querySelectorAll('svg text')).map(t => {
+    const lines = t.querySelectorAll('tspan');
+    return lines.length ? Array.from(lines).map(l => l.textContent).join(' ') : t.textContent;
+  });
   return {
     hits: texts.filter(t => / %$/.test(t)),
     imbalance: texts.filter(t => t.startsWith('imbalance')),

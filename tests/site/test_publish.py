@@ -115,3 +115,38 @@ def test_readme_says_how_to_publish():
     section = text.split("## Publish your copy", 1)[1].split("\n## ", 1)[0]
     assert "kvlab_publish: true" in section and "repository.url" in section
     assert "pages.yml" in section and "test.yml" in section
+
+
+def test_publishing_with_the_placeholder_url_warns():
+    """kvlab_publish: true with repository.url left at the placeholder is a build warning (the
+    strict build fails on it); with a real URL, or with the buttons off, the build says nothing."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "_ext"))
+    import yaml
+    from kvlab_publish import PLACEHOLDER_URL, placeholder_warning
+
+    shipped = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    assert shipped["repository"]["url"].rstrip("/") == PLACEHOLDER_URL
+    assert placeholder_warning(True, PLACEHOLDER_URL)
+    assert placeholder_warning(True, PLACEHOLDER_URL + "/")
+    assert placeholder_warning(True, "")
+    assert placeholder_warning(False, PLACEHOLDER_URL) is None
+    assert placeholder_warning(True, "https://github.com/someone/my-fork") is None
+
+
+def test_no_page_mentions_a_button_the_site_lacks():
+    """While the launch button is off, no page tells the reader to use it (issue 36: the quiz
+    notebook said "the launch button at the top")."""
+    import re
+
+    cfg = (ROOT / "_config.yml").read_text(encoding="utf-8")
+    if re.search(r"^\s*kvlab_publish:\s*true", cfg, re.M):
+        return
+    told = re.compile(r"(use|press|click|with|tap) the launch button", re.I)
+    found = []
+    for path in [*(ROOT / "book").glob("*.md"), *(ROOT / "notebooks").rglob("*.ipynb")]:
+        text = path.read_text(encoding="utf-8")
+        found += [f"{path.relative_to(ROOT)}: {m.group()}" for m in told.finditer(text)]
+    assert not found, found
+    assert told.search("a running notebook (use the launch button at the top)")  # it can fail

@@ -111,6 +111,34 @@ def test_a_reader_types_an_answer(site, quiz_page, server):
     box.locator("button").click()
     assert feedback.inner_text().startswith("Right"), feedback.inner_text()
     ratio = quiz_page.locator(".kvlab-quiz-q-pools")
-    ratio.locator("input").fill("2 : 1")
+    ratio.locator("input").fill("6 : 3")
+    ratio.locator("input").press("Enter")
+    assert ratio.locator(".kvlab-quiz-feedback").inner_text().startswith("Not quite")
+    ratio.locator("input").fill("7 : 3")
     ratio.locator("input").press("Enter")
     assert ratio.locator(".kvlab-quiz-feedback").inner_text().startswith("Right")
+
+
+def test_the_books_own_answers_are_right_on_the_page(quiz_page):
+    """Each answer the self-check's worked answers and the cards state (the glued figures named in
+    ``stated_as``), typed into its box on the page, is marked right (issue 36: Q7 refused 7 : 3)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_selfcheck_cards import stated_texts
+
+    from kvlab.selfcheck import questions
+
+    refused = []
+    for q in questions():
+        box = quiz_page.locator(f".kvlab-quiz-q-{q.id}")
+        for key, shown in stated_texts(q):
+            box.locator("input").fill(shown)
+            box.locator("input").press("Enter")
+            said = box.locator(".kvlab-quiz-feedback").inner_text()
+            if not said.startswith("Right"):
+                refused.append(f"{q.id}: {shown!r} ({key}) -> {said}")
+        placeholder = box.locator("input").get_attribute("placeholder") or ""
+        if q.unit and not placeholder.endswith(q.unit):
+            refused.append(f"{q.id}: the box asks {placeholder!r}, the answer is in {q.unit}")
+    assert not refused, "; ".join(refused)

@@ -36,6 +36,10 @@ LAYOUT_PAGES = [
     "book/p22-card.html",
     "notebooks/p08-01-why-prefixes-share.html",
     "book/self-check.html",
+    # long inline code and long URLs (issue 36)
+    "notebooks/labs/lab1-vllm-prefix-caching.html",
+    "notebooks/labs/lab3-disaggregated-prefill.html",
+    "book/references.html",
     *EXPLORERS,
 ]
 # First-visit weight limits (bytes, as served: uncompressed) by page type, and the page measured for
@@ -44,7 +48,10 @@ LAYOUT_PAGES = [
 WEIGHT_PAGES = {
     "prose": ("book/intro.html", 1_500_000),
     "prose (glossary)": ("book/glossary.html", 1_500_000),
-    "prose with formulas": ("book/p08-card.html", 1_500_000),
+    "prose with formulas": ("book/p08-deeper.html", 1_500_000),
+    # the cards write their few symbols as text and load no MathJax (issue 36: at most 1 MB)
+    "card (Problem 8)": ("book/p08-card.html", 1_000_000),
+    "card (Problem 22)": ("book/p22-card.html", 1_000_000),
     "prose with formulas and the quiz": ("book/self-check.html", 1_500_000),
     "notebook": ("notebooks/p08-01-why-prefixes-share.html", 2_000_000),
     "notebook (figures and formulas)": ("notebooks/p08-07-queues-and-latency.html", 2_000_000),
@@ -434,3 +441,82 @@ def test_no_empty_top_bar_on_desktop(site, server, browser):
 
     empty = on_fresh_page(browser, visit)
     assert empty is None, f"an empty top bar {empty} px high sits over every page"
+
+
+# Every table wider than its column at 390 px, and whether a visible line right above it says that
+# it scrolls (kvlab-site.js); at 1,280 px, the tables that fit and still carry such a line.
+TABLE_CUES_JS = """() => Array.from(document.querySelectorAll(
+    '.bd-article .pst-scrollable-table-container, .bd-article .table-wrapper')).map(box => {
+  const cue = box.previousElementSibling;
+  const shown = !!cue && cue.classList.contains('kvlab-scroll-cue') &&
+    cue.getBoundingClientRect().height > 0 && getComputedStyle(cue).visibility !== 'hidden';
+  return {wide: box.scrollWidth > box.clientWidth + 1, cue: shown,
+          head: (box.querySelector('th, td') || box).textContent.trim().slice(0, 30)};
+})"""
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+@pytest.mark.parametrize(
+    "rel", ["book/p08-deeper.html", "book/library-map.html", "book/p22-card.html"]
+)
+def test_wide_tables_say_they_scroll(site, server, browser, width, rel):
+
+    def visit(page):
+        _set_up(page, server, {"width": width, "height": 900})
+        page.goto(server.base + rel, wait_until="load")
+        page.wait_for_timeout(300)
+        return page.evaluate(TABLE_CUES_JS)
+
+    tables = on_fresh_page(browser, visit)
+    assert tables, f"{rel} has no tables"
+    if width == 390 and rel != "book/p22-card.html":
+        assert any(t["wide"] for t in tables), f"{rel}: no table is wider than a phone"
+    silent = [t["head"] for t in tables if t["wide"] and not t["cue"]]
+    needless = [t["head"] for t in tables if t["cue"] and not t["wide"]]
+    assert not silent, f"{rel} at {width} px: tables that scroll without saying so: {silent}"
+    assert not needless, f"{rel} at {width} px: a scroll cue over a table that fits: {needless}"
+
+
+@pytest.mark.parametrize("rel", ["book/p08-card.html", "book/p22-card.html", "book/intro.html"])
+def test_pages_without_maths_load_no_mathjax(site, rel):
+    """MathJax (about 0.75 MB) only where a page has a formula: the cards and the home page have none."""
+    html = (site / rel).read_text(encoding="utf-8")
+    head = html.split("<body", 1)[0]
+    assert "mathjax" not in head.lower(), f"{rel} loads MathJax"
+    assert 'class="math' not in html, f"{rel} has a formula (write its symbols as text)"
+
+
+# The explorer's visible SVG labels that touch or overlap another (less than 1 px apart both ways),
+# and those cut by the chart's edge.
+LABEL_CLASH_JS = """(id) => {
+  const root = document.getElementById(id);
+  const texts = Array.from(root.querySelectorAll('svg text')).filter(t => {
+    const r = t.getBoundingClientRect(); const s = getComputedStyle(t);
+    return r.width > 0 && r.height > 0 && t.textContent.trim() && s.visibility !== 'hidden' &&
+      parseFloat(s.opacity || 1) > 0 && parseFloat(t.getAttribute('opacity') || 1) > 0;
+  }).map(t => ({t: t.textContent.trim(), r: t.getBoundingClientRect()}));
+  const clash = [];
+  for (let i = 0; i < texts.length; i++) for (let j = i + 1; j < texts.length; j++) {
+    const a = texts[i].r, b = texts[j].r;
+    const ox = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+    const oy = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+    if (ox > -1 && oy > 1) clash.push(texts[i].t + ' | ' + texts[j].t);
+  }
+  const box = root.querySelector('svg').getBoundingClientRect();
+  const cut = texts.filter(x => x.r.left < box.left - 1 || x.r.right > box.right + 1).map(x => x.t);
+  return {n: texts.length, clash, cut};
+}"""
+
+
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
+@pytest.mark.parametrize("rel", list(EXPLORERS))
+def test_explorer_labels_do_not_collide_on_a_phone(site, server, browser, rel, dark):
+    def visit(page):
+        _set_up(page, server, PHONE, dark)
+        _goto(page, server.base + rel, rel)
+        return page.evaluate(LABEL_CLASH_JS, EXPLORERS[rel])
+
+    got = on_fresh_page(browser, visit)
+    assert got["n"] >= 10, f"{rel}: only {got['n']} labels drawn"
+    assert not got["clash"], f"{rel} at 390 px: labels run into each other: {got['clash'][:6]}"
+    assert not got["cut"], f"{rel} at 390 px: labels cut by the chart's edge: {got['cut'][:6]}"

@@ -21,6 +21,10 @@ from . import COLORS, POLICY_COLORS
 __all__ = ["p08_routing", "p22_disaggregation", "save_svg", "svg_bytes"]
 
 INK = "#2c3e50"
+#: The smallest label, in points. A card shows its diagram 9 inches (648 pt) wide in a column about
+#: 670 px wide at a 1,280 px window, so a point is drawn about 1.04 px there: 12 pt keeps every label
+#: at 12 px or more (tests/site/test_dark_contrast.py measures it).
+MIN_FONT_PT = 12.0
 HIT = "#27ae60"
 MISS = "#c0392b"
 
@@ -126,15 +130,15 @@ def p08_routing(
         raise ValueError(f"replicas must be an int from 2 to 4, got {replicas!r}")
     fig, ax = _canvas(9.0, 4.6, 12.0, 6.2)
     blue, orange = POLICY_COLORS["cache_aware"], POLICY_COLORS["sticky"]
-    _box(ax, 0.2, 2.6, 2.2, 1.0, "requests\nchat A, turn 2\nchat B, turn 2", INK, 0.06, 8.5)
-    _box(ax, 3.2, 2.6, 1.9, 1.0, "router", blue, 0.25, 10.5, "bold")
+    _box(ax, 0.2, 2.6, 2.2, 1.0, "requests\nchat A, turn 2\nchat B, turn 2", INK, 0.06, 12)
+    _box(ax, 3.2, 2.6, 1.9, 1.0, "router", blue, 0.25, 13.5, "bold")
     _arrow(ax, (2.45, 3.1), (3.15, 3.1))
     ys = [4.7, 2.6, 0.5][:replicas] if replicas <= 3 else [5.0, 3.5, 2.0, 0.5]
     sys_c, a_c, b_c = "#7f8c8d", orange, "#8e44ad"
     for i, y in enumerate(ys):
-        _box(ax, 6.0, y, 1.7, 1.0, f"replica {i}", INK, 0.06, 9.5)
+        _box(ax, 6.0, y, 1.7, 1.0, f"replica {i}", INK, 0.06, 12)
         # the block cache: the system prompt everywhere, chat A's blocks on replica 0 only
-        ax.text(8.0, y + 1.08, "block cache", fontsize=7.5, color=INK, zorder=4)
+        ax.text(8.0, y + 1.08, "block cache", fontsize=12, color=INK, zorder=4)
         blocks = [sys_c, sys_c] + ([a_c, a_c, a_c] if i == 0 else [])
         for j, c in enumerate(blocks):
             ax.add_patch(
@@ -161,9 +165,9 @@ def p08_routing(
                 )
             )
     _arrow(ax, (5.15, 3.35), (5.95, ys[0] + 0.5), HIT, lw=2.2)
-    ax.text(0.2, 5.55, "chat A: " + hit_label, fontsize=8.5, color=HIT, weight="bold")
+    ax.text(0.2, 5.55, "chat A: " + hit_label, fontsize=12, color=HIT, weight="bold")
     _arrow(ax, (5.15, 2.85), (5.95, ys[-1] + 0.5), MISS, lw=2.2, ls="--")
-    ax.text(0.2, 0.15, "chat B: " + miss_label, fontsize=8.5, color=MISS, weight="bold")
+    ax.text(0.2, 0.15, "chat B: " + miss_label, fontsize=12, color=MISS, weight="bold")
     # legend for the blocks
     for k, (c, t) in enumerate(
         (
@@ -183,21 +187,21 @@ def p08_routing(
                 zorder=3,
             )
         )
-        ax.text(0.7, 1.85 - k * 0.45, t, fontsize=7.5, va="center", color=INK)
+        ax.text(0.7, 1.85 - k * 0.45, t, fontsize=12, va="center", color=INK)
     return fig
 
 
 def p22_disaggregation(
-    ttft_label: str = "TTFT: queue + prefill + KV transfer",
-    tpot_label: str = "TPOT: one decode step per token",
-    transfer_label: str = "KV cache\nNVLink or RDMA",
+    ttft_label: str = "TTFT: queue + prefill\n+ KV transfer",
+    tpot_label: str = "TPOT: one decode\nstep per token",
+    transfer_label: str = "KV cache\nover NVLink\nor RDMA",
 ) -> Figure:
     """Problem 22: a router, a prefill pool, the KV transfer, a decode pool; brackets show that
     TTFT is spent in the prefill pool and the transfer, TPOT in the decode pool's steps."""
-    fig, ax = _canvas(9.0, 4.2, 12.0, 5.6)
+    fig, ax = _canvas(9.0, 3.65, 12.4, 5.03)
     pre, dec, xfer = COLORS["prefill"], COLORS["decode"], COLORS["transfer"]
-    _box(ax, 0.2, 2.3, 1.7, 1.0, "request", INK, 0.06, 9.5)
-    _box(ax, 2.4, 2.3, 1.5, 1.0, "router", COLORS["disaggregated"], 0.25, 10, "bold")
+    _box(ax, 0.2, 2.3, 1.7, 1.0, "request", INK, 0.06, 12)
+    _box(ax, 2.4, 2.3, 1.5, 1.0, "router", COLORS["disaggregated"], 0.25, 13, "bold")
     _arrow(ax, (1.95, 2.8), (2.35, 2.8))
     # prefill pool
     ax.add_patch(
@@ -214,15 +218,15 @@ def p22_disaggregation(
         )
     )
     ax.text(
-        5.6, 4.55, "prefill pool (P replicas)", ha="center", fontsize=9, color=pre, weight="bold"
+        5.6, 4.6, "prefill pool (P replicas)", ha="center", fontsize=12, color=pre, weight="bold"
     )
     for k in range(3):
-        _box(ax, 4.65, 3.4 - k * 1.0, 1.9, 0.7, "prefill replica", pre, 0.18, 8.5)
+        _box(ax, 4.65, 3.4 - k * 1.0, 1.9, 0.75, "prefill\nreplica", pre, 0.18, 12)
     # decode pool
     ax.add_patch(
         FancyBboxPatch(
             (8.9, 1.2),
-            2.8,
+            3.0,
             3.2,
             boxstyle="round,pad=0.05",
             facecolor="none",
@@ -233,10 +237,10 @@ def p22_disaggregation(
         )
     )
     ax.text(
-        10.3, 4.55, "decode pool (D replicas)", ha="center", fontsize=9, color=dec, weight="bold"
+        10.4, 4.6, "decode pool (D replicas)", ha="center", fontsize=12, color=dec, weight="bold"
     )
     for k in range(2):
-        _box(ax, 9.15, 3.1 - k * 1.3, 2.3, 0.9, "decode replica\n(paged KV, batch)", dec, 0.18, 8.5)
+        _box(ax, 9.1, 3.1 - k * 1.3, 2.6, 0.95, "decode replica\n(paged KV, batch)", dec, 0.18, 12)
     _arrow(ax, (3.95, 2.8), (4.6, 3.05))
     _arrow(ax, (6.6, 3.75), (9.1, 3.55), xfer, lw=2.6)
     ax.text(
@@ -245,28 +249,28 @@ def p22_disaggregation(
         transfer_label,
         ha="center",
         va="top",
-        fontsize=8.5,
+        fontsize=12,
         color=xfer,
         weight="bold",
         wrap=True,
     )
-    _arrow(ax, (11.5, 2.45), (11.9, 2.45))
-    ax.text(11.95, 2.45, "tokens", fontsize=8, va="center", color=INK, rotation=90)
+    _arrow(ax, (11.75, 2.45), (12.05, 2.45))
+    ax.text(12.08, 2.45, "tokens", fontsize=12, va="center", color=INK, rotation=90)
     # where the time goes
     ax.annotate(
         "",
-        xy=(4.4, 0.75),
-        xytext=(9.0, 0.75),
+        xy=(4.4, 0.85),
+        xytext=(8.85, 0.85),
         arrowprops={"arrowstyle": "<->", "color": pre, "lw": 1.6},
     )
-    ax.text(6.7, 0.3, ttft_label, ha="center", fontsize=8.5, color=pre, weight="bold")
+    ax.text(6.6, 0.7, ttft_label, ha="center", va="top", fontsize=12, color=pre, weight="bold")
     ax.annotate(
         "",
-        xy=(8.9, 0.75),
-        xytext=(11.7, 0.75),
+        xy=(8.95, 0.85),
+        xytext=(11.9, 0.85),
         arrowprops={"arrowstyle": "<->", "color": dec, "lw": 1.6},
     )
-    ax.text(10.3, 0.3, tpot_label, ha="center", fontsize=8.5, color=dec, weight="bold")
+    ax.text(10.4, 0.7, tpot_label, ha="center", va="top", fontsize=12, color=dec, weight="bold")
     return fig
 
 
