@@ -81,9 +81,7 @@ def test_fast_subset_names_existing_notebooks() -> None:
 def _lab(path: Path) -> Path:
     nb = nbformat.v4.new_notebook()
     nb.cells = [
-        nbformat.v4.new_code_cell(
-            "# Colab set-up (does nothing outside Google Colab)\nraise SystemExit('cloned')"
-        ),
+        nbformat.v4.new_code_cell(colab_check().COLAB_CELL_MARKER + "\nraise SystemExit('cloned')"),
         nbformat.v4.new_markdown_cell("# A lab"),
         nbformat.v4.new_code_cell(
             "# Lab set-up: wording that the check does not read\n"
@@ -140,3 +138,18 @@ def test_runner_without_colab_runs_the_colab_cell_and_reports_a_missing_stop(
     )
     assert "cloned" in plain["error"]  # the first cell ran as written
     assert "no cell to stop at" in missing["error"]
+
+
+def test_the_runner_checks_the_current_set_up_cell() -> None:
+    """The labs' runner knows a notebook's set-up cell by the first line tools/colab_cell.py
+    writes (it once kept an older first line, and every lab failed the check)."""
+    spec = importlib.util.spec_from_file_location("colab_cell", ROOT / "tools" / "colab_cell.py")
+    assert spec and spec.loader
+    cell = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cell)
+    mod = colab_check()
+    assert mod.COLAB_CELL_MARKER == cell.MARKER
+    assert repr(cell.MARKER) in mod.RUNNER and "CELL_MARKER_HERE" not in mod.RUNNER
+    lab1 = nbformat.read(ROOT / "notebooks/labs/lab1-vllm-prefix-caching.ipynb", as_version=4)
+    first = next(c for c in lab1.cells if c.cell_type == "code")
+    assert first.source.startswith(mod.COLAB_CELL_MARKER)

@@ -89,6 +89,23 @@ import sys
 import time
 from pathlib import Path
 
+
+def _colab_cell_marker() -> str:
+    """The first line of every notebook's set-up cell, ``MARKER`` in tools/colab_cell.py (read, not
+    imported: that module needs nbformat, which the Python running this check may lack)."""
+    import ast
+
+    tree = ast.parse((Path(__file__).resolve().parent / "colab_cell.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "MARKER" for t in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    raise RuntimeError("tools/colab_cell.py defines no MARKER")
+
+
+COLAB_CELL_MARKER = _colab_cell_marker()
+
 ROOT = Path(__file__).resolve().parents[1]
 COLAB_PYTHONS = ("3.13", "3.12")
 LABS_PYTHONS = ("3.11",)  # the local CPU torch wheel is cp311; see the docstring
@@ -382,11 +399,13 @@ def colab_cell_check(vpy: Path) -> bool:
 #: longest cell took over 600 s on a 2-core machine loaded about 20 deep).
 CELL_TIMEOUT_S = 1800
 
-RUNNER = r"""
+RUNNER = (
+    r"""
 import ast, json, re, sys, time, traceback
 import nbformat
 from nbclient import NotebookClient
 SETUP_VARS = SETUP_VARS_HERE
+CELL_MARKER = CELL_MARKER_HERE
 MARK = "COLAB_CHECK_SETUP_VARS "
 FAKE_COLAB = ("# colab_check: an empty google.colab module, so the notebook takes its Colab branches\n"
               "import sys, types\n"
@@ -416,7 +435,7 @@ for job in json.loads(sys.argv[1]):
     setup_i = next((i for i in code[1:] if assigns(nb.cells[i].source)), None)
     if job["colab"]:
         first = nb.cells[code[0]]
-        if not first.source.startswith("# Colab set-up"):
+        if not first.source.startswith(CELL_MARKER):
             err = "the first code cell is not the Colab set-up cell"
         first.source = FAKE_COLAB
     until = job["until"]
@@ -447,7 +466,10 @@ for job in json.loads(sys.argv[1]):
     print(json.dumps({"path": p, "seconds": time.perf_counter() - t0, "error": err,
                       "setup": setup, "setup_vars": setup_vars,
                       "cells": len(nb.cells), "cut": bool(until)}), flush=True)
-""".replace("SETUP_VARS_HERE", repr(SETUP_VARS)).replace("CELL_TIMEOUT_HERE", str(CELL_TIMEOUT_S))
+""".replace("SETUP_VARS_HERE", repr(SETUP_VARS))
+    .replace("CELL_TIMEOUT_HERE", str(CELL_TIMEOUT_S))
+    .replace("CELL_MARKER_HERE", repr(COLAB_CELL_MARKER))
+)
 
 
 def judge_setup(
