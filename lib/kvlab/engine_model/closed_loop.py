@@ -3,8 +3,16 @@
 ``clients`` clients each send a request of ``isl`` prompt tokens asking for exactly ``osl`` output
 tokens (``ignore_eos``), wait for its last token and send the next at once: the load that
 benchmark tools run in their concurrency mode (vLLM's ``vllm bench serve --max-concurrency``,
-NVIDIA's AIPerf/GenAI-Perf ``--concurrency``). All clients start together, as those tools start
-(the first ``clients`` requests go out at once). Prompts share nothing (random tokens).
+NVIDIA's AIPerf/GenAI-Perf ``--concurrency``). Prompts share nothing (random tokens).
+
+Two knobs the engine's rules do not decide, stated wherever a result is shown:
+
+* ``start``: ``"together"`` sends every client's first request at time 0, as those tools start;
+  ``"staggered"`` (the default) spreads the first requests evenly over one request's expected
+  duration, the state a long benchmark settles in once small timing differences have spread the
+  clients (identical requests sent together stay in lockstep in a simulator, not on a server);
+* ``frontend_s``: time a request spends outside the engine before its first token reaches the
+  client (HTTP, chat template, tokenisation, the first token's way back), added to its TTFT.
 
 Per request, as those tools define them: TTFT = first token's arrival - sending time (queueing for
 a slot in the engine included); TPOT = (last token - first token) / (osl - 1).
