@@ -100,8 +100,7 @@ def closed_loop(
     ttft = np.array([r.first_token_s - r.arrival_s + frontend_s for r in counted]) * 1e3
     tpot = np.array([(r.finish_s - r.first_token_s) / (osl - 1) for r in counted]) * 1e3
     e2e = np.array([r.finish_s - r.arrival_s + frontend_s for r in counted]) * 1e3
-    span = max(r.finish_s for _, r in done) - 0.0
-    check_number("span", span, lo=0, lo_open=True)
+    span = max(r.finish_s for _, r in done)  # the run starts at 0
     return LoopResult(
         ttft_ms=float(ttft.mean()),
         tpot_ms=float(tpot.mean()),

@@ -237,6 +237,17 @@ class Engine:
         self.pool.release(r.held_keys, r.blocks - len(r.held_keys))
         r.blocks, r.held_keys = 0, []
 
+    def _retire(self, done: list[Request], end: float, rec: StepRecord) -> None:
+        """Take the requests that finished at ``end`` out of the running list, free their blocks
+        and list them in ``rec``."""
+        if not done:
+            return
+        gone = set(map(id, done))
+        self.running = [r for r in self.running if id(r) not in gone]
+        for r in done:
+            self._finish(r, end)
+        rec.finished = done
+
     def step(self) -> StepRecord:
         """Run one step from ``self.now``."""
         cfg, pool = self.config, self.pool
@@ -331,12 +342,7 @@ class Engine:
                     rec.first.append(r)
                 if r.generated >= r.output_len or not self.config.decode:
                     done.append(r)
-        if done:
-            gone = set(map(id, done))
-            self.running = [r for r in self.running if id(r) not in gone]
-            for r in done:
-                self._finish(r, end)
-            rec.finished = done
+        self._retire(done, end, rec)
         self.now = end
         self.steps += 1
         self.busy_s += dt
@@ -406,12 +412,7 @@ class Engine:
                 self._store_full(r, old, r.num_computed)
             if r.generated >= r.output_len:
                 done.append(r)
-        if done:
-            gone = set(map(id, done))
-            self.running = [r for r in run if id(r) not in gone]
-            for r in done:
-                self._finish(r, end)
-            rec.finished = done
+        self._retire(done, end, rec)
         self.busy_s += end - self.now
         self.now = end
         self.steps += k

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import calc
 from .._validate import check_choice, check_int
 from .tables import tables_doc
 
@@ -73,7 +74,9 @@ class ModelSpec:
     def kv_bytes_per_token_per_gpu(self, tp: int, kv_bytes: int = 2) -> int:
         """KV bytes one GPU stores per token (K and V, every layer)."""
         check_int("kv_bytes", kv_bytes, lo=1, hi=4)
-        return 2 * self.layers * self.kv_heads_per_gpu(tp) * self.head_dim * kv_bytes
+        return int(
+            calc.kv_bytes_per_token(self.layers, self.kv_heads_per_gpu(tp), self.head_dim, kv_bytes)
+        )
 
 
 def model_spec(name: str) -> ModelSpec:
