@@ -15,8 +15,10 @@ database for four tables per model, GPU, TP and precision and writes
   grows (1,024 new tokens after 32,768 cached cost less than after none), which no kernel does,
   so they are kept in the file but not used;
 * ``A_dec(b, c)``: attention of ``b`` decoding requests with a mean ``c`` tokens of context;
-* ``step_overhead_s``: the host's share of a step that no kernel time contains (scheduling,
-  launches, sampling); a stated knob, zero unless given.
+* the host's share of a step that no kernel time contains: ``step_overhead_s`` per step
+  (scheduling, launches) plus ``host_s_per_seq`` per request in the step (its input preparation,
+  sampling, detokenising and streaming its token out); stated knobs, zero unless given
+  (:mod:`kvlab.validate.silicon` sets them on held-out measured rows).
 
 Tables are interpolated linearly (bilinearly for the 2-D ones) and extended past their last point
 along their last segment; attention past the longest tabulated prompt grows with the square of
@@ -87,6 +89,7 @@ class StepCosts:
     step_overhead_s: float
     database_version: str
     _t: dict
+    host_s_per_seq: float = 0.0
 
     # --- the parts -------------------------------------------------------------------------------
 
@@ -144,7 +147,8 @@ class StepCosts:
         else:
             shared = self.shared_s(decode_batch, decode_only=True)
         dec = self.decode_attention_s(decode_batch, mean_ctx)
-        return shared + attn + dec + self.step_overhead_s
+        host = self.step_overhead_s + self.host_s_per_seq * (len(chunks) + decode_batch)
+        return shared + attn + dec + host
 
     def decode_run_s(self, batch: int, context_tokens: float, steps: int) -> np.ndarray:
         """End times (seconds from the first step's start) of ``steps`` decode-only steps of
@@ -168,7 +172,8 @@ class StepCosts:
         if lo.any():
             slope = (along[1] - along[0]) / (cs[1] - cs[0])
             att[lo] = along[0] + slope * (ctx[lo] - cs[0])
-        per_step = shared + np.maximum(att, 0.0) / 1e3 + self.step_overhead_s
+        host = self.step_overhead_s + self.host_s_per_seq * batch
+        per_step = shared + np.maximum(att, 0.0) / 1e3 + host
         return np.cumsum(per_step)
 
 
@@ -179,6 +184,7 @@ def step_costs(
     precision: str = "bf16",
     *,
     step_overhead_s: float = 0.0,
+    host_s_per_seq: float = 0.0,
 ) -> StepCosts:
     """The :class:`StepCosts` of ``model`` (a model id the tables cover, e.g.
     ``"Qwen/Qwen3-32B"``) on ``tp`` GPUs of type ``gpu`` in ``precision``."""
@@ -188,6 +194,7 @@ def step_costs(
     if isinstance(tp, bool) or tp not in TPS:
         raise ValueError(f"tp must be one of {list(TPS)}, got {tp!r}")
     check_number("step_overhead_s", step_overhead_s, lo=0)
+    check_number("host_s_per_seq", host_s_per_seq, lo=0)
     doc = tables_doc()
     key = f"{spec.name}|{gpu}|{tp}|{precision}"
     t = doc["tables"].get(key)
@@ -198,4 +205,4 @@ def step_costs(
             f"precision={precision!r}: {why}"
         )
     return StepCosts(spec, gpu, int(tp), precision, float(step_overhead_s),
-                     t["database_version"], t)  # fmt: skip
+                     t["database_version"], t, float(host_s_per_seq))  # fmt: skip

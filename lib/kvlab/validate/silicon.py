@@ -69,6 +69,7 @@ class Knobs:
     non_kv_bytes_per_gpu: float = 3 * 2**30
     kv_bytes: int = 2
     step_overhead_s: float = 0.0
+    host_s_per_seq: float = 0.0
 
 
 def rows(system: str | None = None) -> list[dict]:
@@ -136,7 +137,8 @@ def parse(row: dict) -> dict:
 def _predict(p: dict, k: Knobs) -> dict:
     try:
         costs = step_costs(p["model"], p["gpu"], p["tp"], p["precision"],
-                           step_overhead_s=k.step_overhead_s)  # fmt: skip
+                           step_overhead_s=k.step_overhead_s,
+                           host_s_per_seq=k.host_s_per_seq)  # fmt: skip
     except ValueError as e:
         raise ValueError(f"row not covered by the step-cost tables (fields 'model_path', "
                          f"'system', 'tp_size', 'precision'): {e}") from None  # fmt: skip
