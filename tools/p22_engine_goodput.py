@@ -33,6 +33,9 @@ CASES = {
     "83 % hits": (0.83, 9),
 }
 SEEDS = (0, 1, 2, 3)
+#: the engine model is run twice: without a host term, and with the one fitted on this model's
+#: single-replica vLLM 0.12.0 runs (kvlab.validate.silicon.host_for), the largest measured
+HOST_MODEL = "Qwen/Qwen3-32B"
 #: the goodput search's relative resolution (pdsim.max_rate's rtol): gaps below it are not read
 RTOL = 0.02
 
@@ -41,7 +44,15 @@ def cache_key(seeds=SEEDS) -> str:
     """sha256 of the code that decides the figures and of the settings."""
     sys.path.insert(0, str(ROOT / "lib"))
     from kvlab import disagg, latency
-    from kvlab.engine_model import calibration, engine, kv_pool, shapes, step_costs, tables
+    from kvlab.engine_model import (
+        calibration,
+        closed_loop,
+        engine,
+        kv_pool,
+        shapes,
+        step_costs,
+        tables,
+    )
     from kvlab.explorer import code_fingerprint
     from kvlab.pdsim import (
         capacity,
@@ -54,17 +65,20 @@ def cache_key(seeds=SEEDS) -> str:
         systems,
         traffic,
     )
+    from kvlab.validate import silicon
 
     h = hashlib.sha256()
     modules = (calibration, engine, kv_pool, shapes, step_costs, tables, capacity, engine_backend,
-               goodput, kernel, reference, result, runs, systems, traffic, disagg, latency)  # fmt: skip
+               goodput, kernel, reference, result, runs, systems, traffic, disagg, latency,
+               closed_loop, silicon)  # fmt: skip
     for m in modules:
         h.update(m.__name__.encode())
         h.update(code_fingerprint(m).encode())
     h.update((ROOT / "data" / "costs" / "engine_tables.json").read_bytes())
     h.update((ROOT / "data" / "costs" / "measured.json").read_bytes())
+    h.update(silicon.ROWS_PATH.read_bytes())
     settings = {"cases": {k: list(v) for k, v in CASES.items()}, "seeds": list(seeds),
-                "rtol": RTOL, "slo": [TTFT_SLO_S, TPOT_SLO_S]}  # fmt: skip
+                "rtol": RTOL, "slo": [TTFT_SLO_S, TPOT_SLO_S], "host_model": HOST_MODEL}  # fmt: skip
     h.update(json.dumps(settings, sort_keys=True).encode())
     return h.hexdigest()
 
@@ -76,8 +90,15 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT / "lib"))
     from kvlab import costs, pdsim
     from kvlab.engine_model import EngineCalibration
+    from kvlab.validate import silicon
 
-    models = {"engine": EngineCalibration(), "measured": costs.cost_model("measured", tp=8)}
+    host = silicon.host_for(HOST_MODEL)
+    models = {
+        "engine": EngineCalibration(),
+        "engine + host": EngineCalibration(step_overhead_s=host.step_s,
+                                           host_s_per_seq=host.per_seq_s),
+        "measured": costs.cost_model("measured", tp=8),
+    }  # fmt: skip
     t0 = time.perf_counter()
     rows = []
     for case, (hit, replicas) in CASES.items():
@@ -105,6 +126,7 @@ def main(argv=None) -> int:
         "processes": args.processes,
         "seeds": list(SEEDS),
         "rtol": RTOL,
+        "host": {"fitted_on": host.fitted_on, "step_s": host.step_s, "per_seq_s": host.per_seq_s},
         "rows": rows,
     }
     OUT.write_text(json.dumps(doc, indent=1) + "\n")

@@ -338,3 +338,43 @@ def test_pdsim_on_the_engine_model_hits_shorten_ttft():
     assert (warm.ttft_s[1:] < 0.5 * cold.ttft_s[1:]).all()
     bound = pdsim.capacity_bound(pdsim.Colocated(10), _traffic(), 0.04, cal)
     assert bound.rps > 0 and bound.rps == min(bound.prefill_rps, bound.decode_rps, bound.rps)
+
+
+# --- the host term -------------------------------------------------------------------------------
+
+
+def test_host_term_adds_per_step_and_per_request_time(costs):
+    host = step_costs(QWEN, "H100-SXM", 2, "bf16", step_overhead_s=2e-3, host_s_per_seq=50e-6)
+    chunks = [(512, 0), (300, 1024)]
+    extra = host.step_s(chunks, 40, 40 * 900) - costs.step_s(chunks, 40, 40 * 900)
+    assert extra == pytest.approx(2e-3 + 50e-6 * (2 + 40), rel=1e-9)
+    ends = host.decode_run_s(32, 32 * 1500.0, 50)
+    by_step = np.cumsum([host.step_s([], 32, 32 * 1500 + 32 * j) for j in range(50)])
+    assert np.allclose(ends, by_step, rtol=1e-9)
+    with pytest.raises(ValueError, match="host_s_per_seq"):
+        step_costs(QWEN, "H100-SXM", 2, "bf16", host_s_per_seq=-1e-6)
+    cal = EngineCalibration(model=QWEN, host_s_per_seq=50e-6, step_overhead_s=2e-3)
+    assert cal.costs(2).host_s_per_seq == 50e-6 and "host 2.00 ms + 50 us/request" in cal.label
+    with pytest.raises(ValueError, match="host_s_per_seq"):
+        EngineCalibration(host_s_per_seq=-1.0)
+
+
+def test_fit_host_recovers_a_known_term():
+    """Brute force: rows whose 'measured' TPOT is the model's own with a known host term are fitted
+    back to that term."""
+    from dataclasses import replace
+
+    from kvlab.validate import silicon
+
+    rows = [r for r in silicon.scored_rows() if r["model_path"] == QWEN and r["osl"] == "512"
+            and r["batch_size"] in ("8", "64")][:4]  # fmt: skip
+    assert len(rows) == 4
+    truth = replace(silicon.knobs(), step_overhead_s=2.5e-3, host_s_per_seq=40e-6)
+    fake = [{**r, "silicon_tpot_ms": str(silicon.predict(r, truth)["tpot_ms"])} for r in rows]
+    h = silicon.fit_host(fake, "fake")
+    assert h.step_s == pytest.approx(2.5e-3, rel=0.05)
+    assert h.per_seq_s == pytest.approx(40e-6, rel=0.05)
+    with pytest.raises(ValueError, match="selection"):
+        silicon.fit_host([])
+    with pytest.raises(ValueError, match="model must be one of"):
+        silicon.host_for("nobody/none")

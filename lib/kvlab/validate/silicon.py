@@ -23,6 +23,14 @@ knobs below are fixed before any H100 row is predicted:
   tokenisation, the first token's way back), the median of (measured - engine model) TTFT over
   the held-out H200 rows at 4 clients or fewer (:func:`frontend_from_held_out`); it only ever
   sees H200 rows.
+
+One more term is *fitted*, and is never scored on the rows it was fitted on: the host's time per
+step that no kernel in the database contains (:class:`HostTerm`: a fixed part per step and a part
+per request in the step: input preparation, sampling, detokenising and streaming each token).
+:func:`fit_host` sets its two numbers by least squares on the relative TPOT error of a set of
+rows; :func:`score_cross_validated` scores each model's rows with the term fitted on the *other*
+models' rows (leave one model out), and :func:`host_for` gives the term fitted on every scored row
+of one model, for simulators of fleets of that model (a different benchmark from these rows).
 """
 
 from __future__ import annotations
@@ -177,6 +185,81 @@ def frontend_from_held_out() -> float:
     if not resid:
         raise ValueError("no held-out H200 rows to set frontend_s from")
     return float(np.median(resid)) / 1e3
+
+
+@dataclass(frozen=True)
+class HostTerm:
+    """The host's time per engine step outside the database's kernels: ``step_s`` per step plus
+    ``per_seq_s`` per request in the step (seconds), fitted on ``rows`` rows (``fitted_on``)."""
+
+    step_s: float
+    per_seq_s: float
+    fitted_on: str
+    rows: int
+
+    def knobs(self, base: Knobs | None = None) -> Knobs:
+        """``base`` (default :func:`knobs`) with this host term."""
+        return replace(knobs() if base is None else base, step_overhead_s=self.step_s,
+                       host_s_per_seq=self.per_seq_s)  # fmt: skip
+
+
+def fit_host(selection: list[dict], label: str = "", *, iterations: int = 3) -> HostTerm:
+    """Least-squares fit of the host term to the relative TPOT error on ``selection`` (Gauss-Newton
+    from 1 ms + 50 us per request, derivatives by finite differences; both parts kept >= 0). The
+    other knobs are :func:`knobs`'s."""
+    if not selection:
+        raise ValueError("selection must hold at least one row to fit the host term on")
+    base = knobs()
+    meas = np.array([float(r["silicon_tpot_ms"]) for r in selection])
+
+    def tpot(a: float, b: float) -> np.ndarray:
+        k = replace(base, step_overhead_s=a, host_s_per_seq=b)
+        return np.array([predict(r, k)["tpot_ms"] for r in selection])
+
+    a, b, da, db = 1e-3, 50e-6, 1e-3, 10e-6
+    for _ in range(iterations):
+        f = tpot(a, b)
+        jac = np.stack([(tpot(a + da, b) - f) / da, (tpot(a, b + db) - f) / db], axis=1)
+        step = np.linalg.lstsq(jac / meas[:, None], (meas - f) / meas, rcond=None)[0]
+        a, b = max(a + float(step[0]), 0.0), max(b + float(step[1]), 0.0)
+    return HostTerm(a, b, label or f"{len(selection)} rows", len(selection))
+
+
+@cache
+def host_for(model: str) -> HostTerm:
+    """The host term fitted on every scored H100 row of ``model`` (a model id of :data:`SCORED`)."""
+    sel = [r for r in scored_rows() if r["model_path"] == model]
+    if not sel:
+        models = sorted({m for m, _ in SCORED})
+        raise ValueError(f"model must be one of the scored models {models}, got {model!r}")
+    return fit_host(
+        sel, f"{model}, H100 SXM, vLLM {sel[0]['backend_version'] or '(version not recorded)'}"
+    )
+
+
+@cache
+def host_without(model: str) -> HostTerm:
+    """The host term fitted on the scored H100 rows of every model but ``model``."""
+    sel = [r for r in scored_rows() if r["model_path"] != model]
+    others = sorted({r["model_path"] for r in sel})
+    return fit_host(sel, "the rows of " + ", ".join(others))
+
+
+def score_cross_validated(selection: list[dict]):
+    """:func:`score` with the host term left out of each row's fit: every model's rows are
+    predicted with the term fitted on the other scored models' rows (:func:`host_without`); the
+    columns ``host_step_ms`` and ``host_seq_us`` say which term each row got."""
+    import pandas as pd
+
+    parts = []
+    for model in sorted({r["model_path"] for r in selection}):
+        h = host_without(model)
+        df = score([r for r in selection if r["model_path"] == model], h.knobs())
+        df["host_step_ms"] = h.step_s * 1e3
+        df["host_seq_us"] = h.per_seq_s * 1e6
+        df["host_fitted_on"] = h.fitted_on
+        parts.append(df)
+    return pd.concat(parts, ignore_index=True)
 
 
 def knobs() -> Knobs:
