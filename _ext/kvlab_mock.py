@@ -144,7 +144,7 @@ class MockInterview(SphinxDirective):
         root += nodes.raw(
             "",
             f'<div class="kvlab-mock-tools" hidden>'
-            f'<button type="button" class="kvlab-mock-timer" aria-pressed="false">'
+            f'<button type="button" class="kvlab-mock-timer">'
             f"Start the timer</button>"
             f'<span class="kvlab-mock-clock" role="timer" aria-label="Time spent">0:00</span>'
             f"</div>"

@@ -44,14 +44,14 @@
         since = Date.now();
         tick = window.setInterval(show, 250);
         timer.textContent = "Stop the timer";
-        timer.setAttribute("aria-pressed", "true");
+        timer.classList.add("kvlab-mock-running");
       } else {
         spent = elapsed();
         since = null;
         window.clearInterval(tick);
         show();
         timer.textContent = "Start the timer";
-        timer.setAttribute("aria-pressed", "false");
+        timer.classList.remove("kvlab-mock-running");
       }
     });
     tools.hidden = false;
