@@ -154,3 +154,18 @@ def on_fresh_page(context, visit, attempts: int = 2):
             except Exception:  # already gone with its renderer
                 pass
     raise AssertionError("unreachable")
+
+
+def set_up_page(page, server, viewport=None, dark: bool = False):
+    """Size ``page`` (when ``viewport`` is given), pick its theme and block every request that does
+    not go to the test server; return the page."""
+    if viewport:
+        page.set_viewport_size(viewport)
+    mode = "dark" if dark else "light"
+    page.add_init_script(
+        f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');"
+    )
+    page.route(
+        "**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort()
+    )
+    return page

@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import pytest
-from conftest import on_fresh_page
+from conftest import on_fresh_page, set_up_page
 from test_dark_contrast import CONTRAST_JS
 from test_reader import OVERFLOW_JS
 from test_site import parse_html
@@ -57,14 +57,7 @@ def ticks_for(part: int, n_points: int) -> list[int]:
 
 
 def _open(page, server, card, viewport, dark, errors):
-    page.set_viewport_size(viewport)
-    mode = "dark" if dark else "light"
-    page.add_init_script(
-        f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');"
-    )
-    page.route(
-        "**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort()
-    )
+    set_up_page(page, server, viewport, dark)
     page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
     page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
     page.clock.install()

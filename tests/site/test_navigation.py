@@ -14,7 +14,7 @@ binds every one. These tests tap the visible buttons as a reader does:
 from __future__ import annotations
 
 import pytest
-from conftest import on_fresh_page
+from conftest import on_fresh_page, set_up_page
 
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 900}
@@ -32,15 +32,7 @@ DIALOG_JS = """(id) => { const d = document.getElementById(id);
   return {open: d.open, width: Math.round(r.width), links: d.querySelectorAll('a').length}; }"""
 
 
-def _set_up(page, server, viewport, dark=False):
-    page.set_viewport_size(viewport)
-    mode = "dark" if dark else "light"
-    page.add_init_script(
-        f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');"
-    )
-    page.route(
-        "**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort()
-    )
+_set_up = set_up_page
 
 
 def _tap_visible(page, selector: str) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import on_fresh_page
+from conftest import on_fresh_page, set_up_page
 from test_site import list_pages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,18 +126,7 @@ def _page(browser, server, viewport=None, dark=False):
     return _set_up(browser.new_page(), server, viewport, dark)
 
 
-def _set_up(page, server, viewport=None, dark=False):
-    """Size, theme and the block on requests off the site, for a new page."""
-    if viewport:
-        page.set_viewport_size(viewport)
-    mode = "dark" if dark else "light"
-    page.add_init_script(
-        f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');"
-    )
-    page.route(
-        "**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort()
-    )
-    return page
+_set_up = set_up_page
 
 
 def _goto(page, url, rel):
