@@ -36,6 +36,10 @@ __all__ = [
     "claim",
     "decide",
     "holds_key",
+    "p08_card_claims",
+    "p08_pool",
+    "p08_sensitivity",
+    "p08_working_set",
     "p22_card_claims",
     "verdict_text",
 ]
@@ -321,6 +325,163 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
             f"The deployed split moves with the traffic and the costs: {pb[2]} : {pb[3]} with the "
             f"book's numbers, {hb[2]} : {hb[3]} with {pct(pools.hit_rate_with_caching)} prefix "
             f"hits, {pm[2]} : {pm[3]} with the measured costs.",
+        ),
+    ]
+
+
+# --- the Problem 8 card's worked scenario: the KV pool, the working set, random routing ------------
+
+#: The book's 70B shape by its config.json (80 layers, 8 KV heads of 128), for the engine's pool.
+P8_POOL_MODEL = "meta-llama/Llama-3.1-70B"
+P8_POOL_GPU = "H100-SXM"
+
+
+class P8Pool(NamedTuple):
+    """One replica's free KV pool as vLLM sizes it (:func:`kvlab.engine_model.kv_blocks`)."""
+
+    kv_bytes_per_value: int  # 2 for bf16 KV, 1 for fp8
+    gpu_memory_utilization: float
+    tokens: int  # KV tokens the pool holds, whole blocks
+    kv_bytes: float  # bytes of the pool, all GPUs of the replica
+    weight_bytes: float  # bf16 weights, all GPUs of the replica
+    hbm_bytes: float  # device memory as CUDA reports it, all GPUs of the replica
+    non_kv_bytes: float  # activations, CUDA graphs and buffers, all GPUs of the replica
+
+
+def p08_pool(p8=None, *, kv_bytes_per_value=None, gpu_memory_utilization=None) -> P8Pool:
+    """The free KV pool of one replica of Problem 8 (default: :data:`kvlab.assumptions.P8`'s
+    precision and memory share): each GPU's memory at ``gpu_memory_utilization``, less its share
+    of the bf16 weights at tensor parallelism ``p8.tp`` and the engine's non-KV memory, in blocks.
+    In vLLM this pool *is* the prefix cache: every block no running request holds stays cached."""
+    from .assumptions import P8
+    from .engine_model import engine, shapes
+
+    p8 = P8 if p8 is None else p8
+    kvb = p8.kv_bytes_per_value if kv_bytes_per_value is None else kv_bytes_per_value
+    util = p8.gpu_memory_utilization if gpu_memory_utilization is None else gpu_memory_utilization
+    model = shapes.model_spec(P8_POOL_MODEL)
+    non_kv = engine.kv_blocks.__kwdefaults__["non_kv_bytes_per_gpu"]
+    block = engine.kv_blocks.__kwdefaults__["block_size"]
+    blocks = engine.kv_blocks(
+        model, P8_POOL_GPU, p8.tp, "bf16", gpu_memory_utilization=util, kv_bytes=kvb
+    )
+    per_token = model.kv_bytes_per_token_per_gpu(p8.tp, kvb) * p8.tp
+    return P8Pool(
+        kv_bytes_per_value=kvb,
+        gpu_memory_utilization=util,
+        tokens=blocks * block,
+        kv_bytes=blocks * block * per_token,
+        weight_bytes=model.weight_bytes_per_gpu(p8.tp, "bf16") * p8.tp,
+        hbm_bytes=engine.DEVICE_MEMORY_BYTES[P8_POOL_GPU] * p8.tp,
+        non_kv_bytes=non_kv * p8.tp,
+    )
+
+
+class P8WorkingSet(NamedTuple):
+    """Problem 8's live conversations against what the replicas' pools hold."""
+
+    return_s: float  # mean time from an answer to the conversation's next turn
+    live: float  # conversations alive at once (Little's law)
+    fit: float  # conversations the fleet's pools hold after a turn
+    share: float  # fit / live (above 1: every live conversation fits)
+    all_fit_within_s: float  # the return time at which the pools hold every live conversation
+
+
+def p08_working_set(pool_tokens: float, return_s=None, p8=None) -> P8WorkingSet:
+    """Live conversations (turns per second x ``return_s``) against the conversations that
+    ``p8.replicas`` pools of ``pool_tokens`` hold after a turn (history, new message and answer
+    each; the system prompt on every replica)."""
+    from . import calc, formulas
+    from .assumptions import P8
+
+    p8 = P8 if p8 is None else p8
+    back = p8.return_s if return_s is None else return_s
+    live = calc.live_conversations(p8.rate_rps, back)
+    fit = calc.conversations_that_fit(
+        p8.replicas, pool_tokens, p8.system_tokens, p8.history_tokens, p8.new_tokens,
+        p8.answer_tokens,
+    )  # fmt: skip
+    within = formulas.solve_for("live_conversations", formulas.T_back)
+    within_s = float(within.subs({formulas.lam: p8.rate_rps, formulas.formula(
+        "live_conversations").lhs: fit}))  # fmt: skip
+    return P8WorkingSet(back, live, fit, fit / live, within_s)
+
+
+#: The return times and pool settings of the card's sensitivity table.
+P8_RETURNS_S = (60.0, 300.0, 900.0)
+P8_POOL_SETTINGS = ((2, 0.90), (2, 0.92), (1, 0.92))  # (KV bytes per value, memory share)
+
+
+def p08_sensitivity(p8=None) -> list[tuple[P8Pool, list[P8WorkingSet]]]:
+    """The card's sensitivity table: for each pool setting of :data:`P8_POOL_SETTINGS`, the pool
+    and the working set at each return time of :data:`P8_RETURNS_S`."""
+    rows = []
+    for kvb, util in P8_POOL_SETTINGS:
+        pool = p08_pool(p8, kv_bytes_per_value=kvb, gpu_memory_utilization=util)
+        rows.append((pool, [p08_working_set(pool.tokens, r, p8) for r in P8_RETURNS_S]))
+    return rows
+
+
+def p08_card_claims(p8=None) -> list[Claim]:
+    """The Problem 8 card's claims about its worked scenario that the assumptions decide without
+    simulating: the pool, the working set against it, which assumptions decide that verdict, and
+    random routing on the worked prompt. A test passes a changed ``p8`` (users back within a
+    minute) to show that the card's verdict turns false when an assumption moves."""
+    from . import calc, units
+    from .assumptions import P8
+
+    p8 = P8 if p8 is None else p8
+    pool = p08_pool(p8)
+    fp8 = p08_pool(p8, kv_bytes_per_value=1)
+    ws, ws8 = p08_working_set(pool.tokens, p8=p8), p08_working_set(fp8.tokens, p8=p8)
+    pct, tok = units.fmt_pct, units.fmt_tokens
+    s, hist, u, n = p8.system_tokens, p8.history_tokens, p8.new_tokens, p8.replicas
+    bound = calc.hit_fraction(calc.cached_tokens_random(s, hist, n), s, hist, u)
+    k_lo, k_hi = math.floor(p8.earlier_turns), math.ceil(p8.earlier_turns)
+    nested = {
+        k: calc.hit_fraction(calc.cached_tokens_random_nested(s, hist, n, k), s, hist, u)
+        for k in (k_lo, k_hi)
+    }
+    aware = calc.hit_fraction(calc.cached_tokens_cache_aware(s, hist), s, hist, u)
+    minutes = p8.return_s / 60
+    return [
+        Claim(
+            "p08_claim_pool",
+            bool(
+                abs(fp8.tokens - 2 * pool.tokens) <= 32
+                and pool.tokens > p8.cache_tokens_per_replica
+            ),
+            "In vLLM the prefix cache is the free KV pool, not a budget of its own: at the "
+            f"default gpu_memory_utilization of {pct(pool.gpu_memory_utilization)}, after "
+            f"{units.fmt_bytes(pool.weight_bytes)} of bf16 weights at TP {p8.tp} and about "
+            f"{units.fmt_bytes(pool.non_kv_bytes / p8.tp)} per GPU of activations, eight H100s "
+            f"keep {units.fmt_bytes(pool.kv_bytes)} for KV: {tok(pool.tokens)} at bf16, twice "
+            "as many at fp8.",
+        ),
+        Claim(
+            "p08_claim_working_set",
+            bool(ws.share < 0.5),
+            f"I'd size the working set before the router: if users come back about "
+            f"{minutes:.0f} minutes after an answer, Little's law keeps "
+            f"{units.fmt_int(ws.live)} conversations live, and the replicas' free KV pools hold "
+            f"only {pct(ws.share)} of them, so most returning turns miss whatever the router "
+            "does.",
+        ),
+        Claim(
+            "p08_claim_verdict_depends",
+            bool(ws.share < ws8.share < 1 and ws.all_fit_within_s < p8.return_s),
+            f"That verdict rests on two assumptions: fp8 KV doubles the share to "
+            f"{pct(ws8.share)}, and the pools hold every live conversation only if users come "
+            f"back within about {ws.all_fit_within_s / 60:.1f} minutes "
+            f"({ws8.all_fit_within_s / 60:.1f} with fp8).",
+        ),
+        Claim(
+            "p08_claim_random_short",
+            bool(bound < nested[k_lo] < nested[k_hi] < aware and nested[k_hi] - bound < 0.1),
+            f"For this prompt, whose history is {k_lo} to {k_hi} earlier turns, a router that "
+            f"ignores caches finds {pct(nested[k_lo])} to {pct(nested[k_hi])} of it cached even "
+            f"with unlimited caches, barely above the one-in-{n} bound's {pct(bound)}, because "
+            "only the older turns nest.",
         ),
     ]
 
