@@ -454,7 +454,7 @@ def p08_card_claims(p8=None) -> list[Claim]:
             "In vLLM the prefix cache is the free KV pool, not a budget of its own: at the "
             f"default gpu_memory_utilization of {pct(pool.gpu_memory_utilization)}, after "
             f"{units.fmt_bytes(pool.weight_bytes)} of bf16 weights at TP {p8.tp} and about "
-            f"{units.fmt_bytes(pool.non_kv_bytes / p8.tp)} per GPU of activations, eight H100s "
+            f"{units.fmt_bytes(pool.non_kv_bytes / p8.tp, digits=2)} per GPU of activations, eight H100s "
             f"keep {units.fmt_bytes(pool.kv_bytes)} for KV: {tok(pool.tokens)} at bf16, twice "
             "as many at fp8.",
         ),
@@ -464,8 +464,8 @@ def p08_card_claims(p8=None) -> list[Claim]:
             f"I'd size the working set before the router: if users come back about "
             f"{minutes:.0f} minutes after an answer, Little's law keeps "
             f"{units.fmt_int(ws.live)} conversations live, and the replicas' free KV pools hold "
-            f"only {pct(ws.share)} of them, so most returning turns miss whatever the router "
-            "does.",
+            f"only {pct(ws.share)} of them, so more than half the returning turns miss whatever "
+            "the router does.",
         ),
         Claim(
             "p08_claim_verdict_depends",
