@@ -451,21 +451,18 @@ def p08_card_claims(p8=None) -> list[Claim]:
                 abs(fp8.tokens - 2 * pool.tokens) <= 32
                 and pool.tokens > p8.cache_tokens_per_replica
             ),
-            "In vLLM the prefix cache is the free KV pool, not a budget of its own: at the "
-            f"default gpu_memory_utilization of {pct(pool.gpu_memory_utilization)}, after "
-            f"{units.fmt_bytes(pool.weight_bytes)} of bf16 weights at TP {p8.tp} and about "
-            f"{units.fmt_bytes(pool.non_kv_bytes / p8.tp, digits=2)} per GPU of activations, eight H100s "
-            f"keep {units.fmt_bytes(pool.kv_bytes)} for KV: {tok(pool.tokens)} at bf16, twice "
-            "as many at fp8.",
+            "In vLLM the prefix cache is the free KV pool: at the default "
+            f"{pct(pool.gpu_memory_utilization)} of memory, less {units.fmt_bytes(pool.weight_bytes)} "
+            f"of bf16 weights and {units.fmt_bytes(pool.non_kv_bytes / p8.tp, digits=2)} per GPU of "
+            f"activations, eight H100s at TP {p8.tp} keep {units.fmt_bytes(pool.kv_bytes)}, "
+            f"{tok(pool.tokens)} at bf16, twice that at fp8.",
         ),
         Claim(
             "p08_claim_working_set",
             bool(ws.share < 0.5),
-            f"I'd size the working set before the router: if users come back about "
-            f"{minutes:.0f} minutes after an answer, Little's law keeps "
-            f"{units.fmt_int(ws.live)} conversations live, and the replicas' free KV pools hold "
-            f"only {pct(ws.share)} of them, so more than half the returning turns miss whatever "
-            "the router does.",
+            f"Then I'd size the working set: users back about {minutes:.0f} minutes after an "
+            f"answer keep {units.fmt_int(ws.live)} conversations live (Little's law), and the free "
+            f"KV pools hold {pct(ws.share)} of them, so most returning turns miss.",
         ),
         Claim(
             "p08_claim_verdict_depends",
@@ -478,10 +475,9 @@ def p08_card_claims(p8=None) -> list[Claim]:
         Claim(
             "p08_claim_random_short",
             bool(bound < nested[k_lo] < nested[k_hi] < aware and nested[k_hi] - bound < 0.1),
-            f"For this prompt, whose history is {k_lo} to {k_hi} earlier turns, a router that "
-            f"ignores caches finds {pct(nested[k_lo])} to {pct(nested[k_hi])} of it cached even "
-            f"with unlimited caches, barely above the one-in-{n} bound's {pct(bound)}, because "
-            "only the older turns nest.",
+            f"This prompt's history is {k_lo} to {k_hi} earlier turns, so a router that ignores "
+            f"caches finds {pct(nested[k_lo])} to {pct(nested[k_hi])} of it cached even with "
+            f"unlimited caches: nesting lifts the one-in-{n} bound's {pct(bound)} only a little.",
         ),
     ]
 
