@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from kvlab import calc, claims
+from kvlab import calc, claims, workingset
 from kvlab.assumptions import P8
 
 
@@ -32,23 +32,25 @@ def test_one_earlier_turn_is_the_one_in_n_bound_and_more_turns_nest():
 
 
 def test_the_pool_is_hbm_less_weights_and_engine_memory():
-    pool, fp8 = claims.p08_pool(), claims.p08_pool(kv_bytes_per_value=1)
+    pool, fp8 = workingset.p08_pool(), workingset.p08_pool(kv_bytes_per_value=1)
     assert abs(fp8.tokens - 2 * pool.tokens) <= 32  # fp8 KV: twice the tokens, whole blocks
     assert pool.kv_bytes == pytest.approx(fp8.kv_bytes, rel=1e-4)
     left = pool.hbm_bytes * pool.gpu_memory_utilization - pool.weight_bytes - pool.non_kv_bytes
     assert left - 16 * 327_680 < pool.kv_bytes <= left  # less than one block lost to rounding
     assert pool.tokens > 3 * P8.cache_tokens_per_replica  # the round number was far too small
-    assert claims.p08_pool(gpu_memory_utilization=0.95).tokens > pool.tokens
+    assert workingset.p08_pool(gpu_memory_utilization=0.95).tokens > pool.tokens
 
 
 def test_the_working_set_is_littles_law_against_the_pools():
-    pool = claims.p08_pool()
-    ws = claims.p08_working_set(pool.tokens)
+    pool = workingset.p08_pool()
+    ws = workingset.p08_working_set(pool.tokens)
     assert ws.live == pytest.approx(P8.rate_rps * P8.return_s)
     assert ws.share == pytest.approx(ws.fit / ws.live)
     assert ws.all_fit_within_s * P8.rate_rps == pytest.approx(ws.fit)
-    rows = claims.p08_sensitivity()
-    assert [len(w) for _, w in rows] == [len(claims.P8_RETURNS_S)] * len(claims.P8_POOL_SETTINGS)
+    rows = workingset.p08_sensitivity()
+    assert [len(w) for _, w in rows] == [len(workingset.P8_RETURNS_S)] * len(
+        workingset.P8_POOL_SETTINGS
+    )
     for _, ws_row in rows:  # a longer return time keeps more chats live: a smaller share
         shares = [w.share for w in ws_row]
         assert shares == sorted(shares, reverse=True)
