@@ -4,7 +4,13 @@ A notebook decides a claim with ``kvlab.claims.claim(key, holds, text)``: it glu
 under ``key`` and its verdict (``"true"``/``"false"``) under ``key + "__holds"``. A prose page
 writes ``{claim}`key```; before MyST parses the page this extension rewrites it into myst-nb's
 cross-page ``{glue:text}`` form (the notebook is found as for ``{num}``, ``_ext/glue_keys.py``)
-followed by a small superscript link, "check", to the notebook that decides it.
+followed by a small superscript link, "check", to the cell of the notebook that decides it.
+
+The link's anchor: when a notebook is read, every code cell whose printed output has the line
+``claim KEY: holds`` (or ``FALSE``), as :func:`kvlab.claims.claim` prints it, gets the id
+``claim-KEY`` (:func:`anchor_id`); after references are resolved, each "check" link to that notebook
+gets ``#claim-KEY`` appended. A claim whose cell prints nothing (a removed cell) links to the top
+of its notebook, as before.
 
 After every document is read (``env-check-consistency``), the extension reads each deciding
 notebook's glue values as this build wrote them (myst-nb's ``<output_folder>/<doc>.glue.json``,
@@ -30,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 #: ``{claim}`key```.
 CLAIM_ROLE = re.compile(r"\{claim\}`([A-Za-z0-9_]+)`")
+#: The line kvlab.claims.claim prints for a verdict.
+VERDICT_LINE = re.compile(r"^claim ([A-Za-z0-9_]+): (?:holds|FALSE)\s*$", re.M)
 HOLDS_SUFFIX = "__holds"  # as kvlab.claims.HOLDS_SUFFIX (the book's build does not import kvlab)
 MARK_TEXT = "check"
 
@@ -57,6 +65,16 @@ def rewrite(
         return f"{{glue:text}}`{target}::{key}:`{{claimmark}}`{key} <{docname}>`"
 
     return CLAIM_ROLE.sub(sub, text), used, unknown
+
+
+def anchor_id(key: str) -> str:
+    """The HTML id of the cell that decides claim ``key``."""
+    return nodes.make_id(f"claim-{key}")
+
+
+def decided_here(text: str) -> list[str]:
+    """The claim keys whose verdict line ``text`` (a cell's printed output) holds."""
+    return VERDICT_LINE.findall(text)
 
 
 def plain_text(output: Any) -> str | None:
@@ -141,6 +159,7 @@ def claimmark_role(name, rawtext, text, lineno, inliner, options=None, content=N
     )
     ref += nodes.inline(MARK_TEXT, MARK_TEXT, classes=["kvlab-claim-mark"])
     sup = nodes.superscript("", "", ref, classes=["kvlab-claim"])
+    sup["kvlab_claim"] = (key, docname)  # read after resolution to add the cell's anchor
     title = f"claim {key}: decided in {docname}"
     ref["reftitle"] = title
     return [sup], []
@@ -178,6 +197,58 @@ def _on_check(app, env) -> None:
         logger.warning(message, location=page)
 
 
+def _cell_of(node: nodes.Node) -> nodes.Element | None:
+    """The notebook cell (myst-nb's container of class "cell") that holds ``node``."""
+    parent = node.parent
+    while parent is not None:
+        if isinstance(parent, nodes.container) and "cell" in parent.get("classes", []):
+            return parent
+        parent = parent.parent
+    return None
+
+
+def _on_doctree_read(app, doctree) -> None:
+    """Give each cell that prints a claim's verdict the id ``claim-KEY``, and remember it."""
+    docname = app.env.docname
+    anchors = getattr(app.env, "kvlab_claim_anchors", None)
+    if anchors is None:
+        anchors = app.env.kvlab_claim_anchors = {}
+    for block in list(doctree.findall(nodes.literal_block)):
+        keys = decided_here(block.astext())
+        cell = _cell_of(block) if keys else None
+        if cell is None:
+            continue
+        for key in keys:
+            ident = anchor_id(key)
+            if ident not in cell["ids"]:
+                cell["ids"].append(ident)
+            anchors.setdefault(docname, set()).add(key)
+
+
+def _on_doctree_resolved(app, doctree, docname: str) -> None:
+    """Point each resolved "check" link at its claim's cell, where that cell has an anchor."""
+    anchors = getattr(app.env, "kvlab_claim_anchors", {})
+    for sup in doctree.findall(nodes.superscript):
+        if "kvlab_claim" not in sup.attributes:
+            continue
+        key, target = sup["kvlab_claim"]
+        for ref in sup.findall(nodes.reference):
+            if "#" not in ref.get("refuri", "#") and key in anchors.get(target, ()):
+                ref["refuri"] += "#" + anchor_id(key)
+
+
+def _on_purge_anchors(app, env, docname: str) -> None:
+    getattr(env, "kvlab_claim_anchors", {}).pop(docname, None)
+
+
+def _on_merge_anchors(app, env, docnames, other) -> None:
+    if not hasattr(env, "kvlab_claim_anchors"):
+        env.kvlab_claim_anchors = {}
+    env.kvlab_claim_anchors.update(
+        {d: a for d, a in getattr(other, "kvlab_claim_anchors", {}).items() if d in docnames}
+    )
+
+
 def setup(app):
     app.setup_extension("glue_keys")
     app.add_role("claimmark", claimmark_role)
@@ -185,4 +256,8 @@ def setup(app):
     app.connect("env-purge-doc", _on_purge)
     app.connect("env-merge-info", _on_merge)
     app.connect("env-check-consistency", _on_check)
+    app.connect("doctree-read", _on_doctree_read)
+    app.connect("doctree-resolved", _on_doctree_resolved)
+    app.connect("env-purge-doc", _on_purge_anchors)
+    app.connect("env-merge-info", _on_merge_anchors)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -253,3 +253,56 @@ def test_diagram_labels_fit_and_do_not_collide(name):
     assert not outside, f"{name}: labels cut by the figure's edge: {outside}"
     clash = [(a, c) for i, (a, b) in enumerate(boxes) for c, d in boxes[i + 1 :] if b.overlaps(d)]
     assert not clash, f"{name}: labels drawn over each other: {clash}"
+
+
+# -- Problem 8 answers its question in the interview's order (issue 35) ----------------------------
+
+P08_PARTS = {
+    "key": ("p08_claim_key",),
+    "evict": ("p08_claim_evict",),
+    "route": ("p08_claim_route_tight", "p08_claim_tier_routing", "p08_claim_roomy_sticky_both"),
+}
+
+
+def test_p08_both_spoken_answers_name_the_key_the_eviction_and_the_routing():
+    blocks = quotes(section(card_text("p08"), SPOKEN_HEADING))[:2]
+    for block in blocks:
+        keys = {CLAIM_ROLE.fullmatch(line).group(1) for line in block}  # type: ignore[union-attr]
+        missing = [part for part, options in P08_PARTS.items() if not keys & set(options)]
+        assert not missing, f"a spoken answer of the p08 card leaves out: {missing}"
+
+
+def test_p08_general_answer_first_and_without_the_scenarios_numbers():
+    text = card_text("p08")
+    assert text.index("## The general answer") < text.index("## The worked scenario")
+    general = section(text, "## The general answer")
+    assert "{num}`" not in general, "the general answer quotes the scenario's figures"
+    for key in CLAIM_ROLE.findall(general):
+        said = GLUED[key]
+        assert "%" not in said and not re.search(r"\d,\d{3}", said), (key, said)
+    for part in ("**Why prefixes share.**", "**Key.**", "**Evict.**", "**Route.**"):
+        assert part in general, part
+
+
+def test_p08_worked_scenario_states_its_assumptions_and_their_sensitivity():
+    worked = section(card_text("p08"), "## The worked scenario")
+    for key in ("p08_claim_pool", "p08_claim_working_set", "p08_claim_verdict_depends"):
+        assert f"{{claim}}`{key}`" in worked, key
+    table = [line for line in worked.splitlines() if line.startswith("| ") and "{num}" in line]
+    assert len(table) >= 3, "a sensitivity table of glued figures"
+    for line in table:
+        cells = [c.strip() for c in line.strip("|").split("|")][1:]
+        assert all(re.fullmatch(r"\{num\}`p08_sens_[a-z0-9_]+`", c) for c in cells), line
+    for key in re.findall(r"\{num\}`(p08_sens_[a-z0-9_]+)`", worked):
+        assert OWNER[key].name == "p08-04-worked-answer.ipynb", key
+
+
+def test_moving_the_return_time_turns_the_p08_verdict_false():
+    from kvlab.assumptions import P8
+
+    used = set(card_claims("p08"))
+    now = {c.key: c for c in kvclaims.p08_card_claims()}
+    assert all(now[k].holds for k in now if k in used)
+    quick = {c.key: c for c in kvclaims.p08_card_claims(dataclasses.replace(P8, return_s=60))}
+    flipped = sorted(k for k in used & set(quick) if now[k].holds and not quick[k].holds)
+    assert "p08_claim_working_set" in flipped

@@ -180,3 +180,46 @@ def test_tiny_build_passes_on_a_true_claim_and_fails_on_a_false_one(tmp_path):
     bad = tiny_build(tmp_path / "false", "false")
     assert bad.returncode != 0
     assert "'tiny_claim' is false" in bad.stderr
+
+
+def test_check_link_opens_the_deciding_cell(tmp_path):
+    """The "check" mark links to the cell that prints the claim's verdict (issue 35), not to the
+    top of the notebook; a claim no cell prints a verdict for keeps the notebook link."""
+    pytest.importorskip("myst_nb")
+    nb = fake_notebook({"tiny_claim": "Sticky beats random.", "tiny_claim__holds": "true",
+                        "quiet_claim": "Hashing is stable.", "quiet_claim__holds": "true"})  # fmt: skip
+    nb["cells"].insert(1, {"cell_type": "markdown", "id": "gap", "metadata": {},
+                           "source": "Some prose between the title and the deciding cell."})  # fmt: skip
+    nb["cells"][-1]["outputs"].append(
+        {"output_type": "stream", "name": "stdout", "text": "claim tiny_claim: holds\n"}
+    )
+    src = tmp_path / "src"
+    (src / "notebooks").mkdir(parents=True)
+    (src / "notebooks" / "evidence.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    (src / "index.md").write_text(
+        "# Card\n\n{claim}`tiny_claim` {claim}`quiet_claim`\n\n```{toctree}\nnotebooks/evidence\n```\n",
+        encoding="utf-8",
+    )
+    (src / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT / '_ext')!r})\n"
+        "extensions = ['myst_nb', 'glue_keys', 'claims']\n"
+        "nb_execution_mode = 'off'\n"
+        "exclude_patterns = ['_build']\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(src), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    index = (out / "index.html").read_text(encoding="utf-8")
+    evidence = (out / "notebooks" / "evidence.html").read_text(encoding="utf-8")
+    anchor = ext.anchor_id("tiny_claim")
+    assert f'href="notebooks/evidence.html#{anchor}"' in index
+    assert 'href="notebooks/evidence.html"' in index  # quiet_claim: no verdict line, no anchor
+    assert f'id="{anchor}"' in evidence
+    assert ext.decided_here("x\nclaim a_b: holds\nclaim c: FALSE\nclaim d: maybe\n") == ["a_b", "c"]

@@ -35,11 +35,22 @@ class Problem8:
     system_tokens: int = 2_000  # shared by every request, cached on every replica
     history_tokens: int = 3_000  # the conversation so far, cached where it was served
     new_tokens: int = 1_000  # never seen before
-    cache_tokens_per_replica: int = 400_000
+    cache_tokens_per_replica: int = 400_000  # the simulators' roomy cache, a round number
+    # the worked answer's working set: each replica's free KV pool, not a round number
+    answer_tokens: int = 200  # the model's answer, kept in the cache with the turn
+    return_s: float = 300  # a user comes back about 5 minutes after an answer (assumed)
+    tp: int = 8  # a replica is one 8-GPU server, the 70B model at tensor parallelism 8
+    gpu_memory_utilization: float = 0.92  # vLLM 0.32.0's default share of each GPU's memory
+    kv_bytes_per_value: int = 2  # bf16 KV (1 for fp8)
 
     @property
     def prompt_tokens(self) -> int:
         return self.system_tokens + self.history_tokens + self.new_tokens
+
+    @property
+    def earlier_turns(self) -> float:
+        """The turns the history is made of: each added a new message and an answer."""
+        return self.history_tokens / (self.new_tokens + self.answer_tokens)
 
 
 @dataclass(frozen=True)

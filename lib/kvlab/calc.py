@@ -130,6 +130,25 @@ def cached_tokens_random(shared_tokens: float, history_tokens: float, replicas: 
     return evaluate("cached_tokens_random", S=shared_tokens, H=history_tokens, N=replicas)
 
 
+def cached_tokens_random_nested(
+    shared_tokens: float, history_tokens: float, replicas: int, earlier_turns: float
+) -> float:
+    """Expected cached tokens under random routing when prefix hits nest: the history is
+    ``earlier_turns`` equal turns, each served by a random replica that still holds it (unlimited
+    caches), so the chosen replica holds the prompt up to the latest earlier turn it served.
+    ``earlier_turns`` = 1 is the 1-in-N bound, :func:`cached_tokens_random`."""
+    _tokens(shared_tokens, history_tokens)
+    replicas = check_int("replicas", replicas, lo=1)
+    check_number("earlier_turns", earlier_turns, lo=1)
+    return evaluate(
+        "cached_tokens_random_nested",
+        S=shared_tokens,
+        H=history_tokens,
+        N=replicas,
+        K=earlier_turns,
+    )
+
+
 def cached_tokens_cache_aware(shared_tokens: float, history_tokens: float) -> float:
     """Cached tokens when the router finds the history's replica: S + H."""
     _tokens(shared_tokens, history_tokens)

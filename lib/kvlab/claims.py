@@ -36,6 +36,7 @@ __all__ = [
     "claim",
     "decide",
     "holds_key",
+    "p08_card_claims",
     "p22_card_claims",
     "verdict_text",
 ]
@@ -321,6 +322,70 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
             f"The deployed split moves with the traffic and the costs: {pb[2]} : {pb[3]} with the "
             f"book's numbers, {hb[2]} : {hb[3]} with {pct(pools.hit_rate_with_caching)} prefix "
             f"hits, {pm[2]} : {pm[3]} with the measured costs.",
+        ),
+    ]
+
+
+# --- the Problem 8 card's worked scenario: the pool, the working set, random routing ---------------
+
+
+def p08_card_claims(p8=None) -> list[Claim]:
+    """The Problem 8 card's claims about its worked scenario that the assumptions decide without
+    simulating: the pool, the working set against it, which assumptions decide that verdict, and
+    random routing on the worked prompt. A test passes a changed ``p8`` (users back within a
+    minute) to show that the card's verdict turns false when an assumption moves."""
+    from . import calc, units
+    from .assumptions import P8
+    from .workingset import p08_pool, p08_working_set
+
+    p8 = P8 if p8 is None else p8
+    pool = p08_pool(p8)
+    fp8 = p08_pool(p8, kv_bytes_per_value=1)
+    ws, ws8 = p08_working_set(pool.tokens, p8=p8), p08_working_set(fp8.tokens, p8=p8)
+    pct, tok = units.fmt_pct, units.fmt_tokens
+    s, hist, u, n = p8.system_tokens, p8.history_tokens, p8.new_tokens, p8.replicas
+    bound = calc.hit_fraction(calc.cached_tokens_random(s, hist, n), s, hist, u)
+    k_lo, k_hi = math.floor(p8.earlier_turns), math.ceil(p8.earlier_turns)
+    nested = {
+        k: calc.hit_fraction(calc.cached_tokens_random_nested(s, hist, n, k), s, hist, u)
+        for k in (k_lo, k_hi)
+    }
+    aware = calc.hit_fraction(calc.cached_tokens_cache_aware(s, hist), s, hist, u)
+    minutes = p8.return_s / 60
+    return [
+        Claim(
+            "p08_claim_pool",
+            bool(
+                abs(fp8.tokens - 2 * pool.tokens) <= 32
+                and pool.tokens > p8.cache_tokens_per_replica
+            ),
+            "In vLLM the prefix cache is the free KV pool: at the default "
+            f"{pct(pool.gpu_memory_utilization)} of memory, less {units.fmt_bytes(pool.weight_bytes)} "
+            f"of bf16 weights and {units.fmt_bytes(pool.non_kv_bytes / p8.tp, digits=2)} per GPU of "
+            f"activations, eight H100s at TP {p8.tp} keep {units.fmt_bytes(pool.kv_bytes)}, "
+            f"{tok(pool.tokens)} at bf16, twice that at fp8.",
+        ),
+        Claim(
+            "p08_claim_working_set",
+            bool(ws.share < 0.5),
+            f"Then I'd size the working set: users back about {minutes:.0f} minutes after an "
+            f"answer keep {units.fmt_int(ws.live)} conversations live (Little's law), and the free "
+            f"KV pools hold {pct(ws.share)} of them, so most returning turns miss.",
+        ),
+        Claim(
+            "p08_claim_verdict_depends",
+            bool(ws.share < ws8.share < 1 and ws.all_fit_within_s < p8.return_s),
+            f"That verdict rests on two assumptions: fp8 KV doubles the share to "
+            f"{pct(ws8.share)}, and the pools hold every live conversation only if users come "
+            f"back within about {ws.all_fit_within_s / 60:.1f} minutes "
+            f"({ws8.all_fit_within_s / 60:.1f} with fp8).",
+        ),
+        Claim(
+            "p08_claim_random_short",
+            bool(bound < nested[k_lo] < nested[k_hi] < aware and nested[k_hi] - bound < 0.1),
+            f"This prompt's history is {k_lo} to {k_hi} earlier turns, so a router that ignores "
+            f"caches finds {pct(nested[k_lo])} to {pct(nested[k_hi])} of it cached even with "
+            f"unlimited caches: nesting lifts the one-in-{n} bound's {pct(bound)} only a little.",
         ),
     ]
 

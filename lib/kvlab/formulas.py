@@ -35,6 +35,7 @@ H = sp.Symbol("H", nonnegative=True)  # conversation-history tokens (cached on o
 U = sp.Symbol("U", nonnegative=True)  # new, never-seen tokens
 N = sp.Symbol("N", positive=True)  # replicas
 c_tok = sp.Symbol("c", nonnegative=True)  # cached prompt tokens of a request
+K_turns = sp.Symbol("K", positive=True)  # earlier turns the history is made of (each H / K tokens)
 lam = sp.Symbol("lambda", positive=True)  # arrival rate, requests/s
 mu = sp.Symbol("mu", positive=True)  # prefill throughput of one replica, prompt tokens/s
 tau = sp.Symbol("tau", positive=True)  # prefill time per prompt token, s (= 1/mu)
@@ -118,6 +119,13 @@ _DECODE_FLOPS = n_b * (2 * N_params + 4 * L * ctx * d_model)
 _DECODE_BYTES = N_params * b + n_b * ctx * beta
 _IMPLIED_FLOPS = 2 * N_params / tau
 
+# random routing with nested prefix hits: the history is K earlier turns of H / K tokens, each
+# served by a random one of N replicas that keeps it (unlimited caches). The chosen replica holds
+# the prompt up to the end of the latest earlier turn it served: turn j of K (1 = the oldest) with
+# probability (1/N)(1 - 1/N)^(K-j), worth j H / K tokens. The sum, in closed form (checked against
+# the sum in lib/tests/test_calc.py), is H (1 - (N - 1)(1 - (1 - 1/N)^K) / K); K = 1 gives H / N.
+_RANDOM_NESTED = S + H * (1 - (N - 1) * (1 - (1 - 1 / N) ** K_turns) / K_turns)
+
 FORMULAS: dict[str, Formula] = {
     f.name: f
     for f in [
@@ -160,6 +168,14 @@ FORMULAS: dict[str, Formula] = {
             "c_rand",
             S + H / N,
             "expected cached tokens when a request lands on a random one of N replicas",
+            "tokens",
+        ),
+        _f(
+            "cached_tokens_random_nested",
+            "c_nest",
+            _RANDOM_NESTED,
+            "expected cached tokens under random routing when the history is K equal earlier "
+            "turns and every replica keeps what it served (prefix hits nest)",
             "tokens",
         ),
         _f(

@@ -462,6 +462,12 @@ def questions() -> list[Question]:
     s, h, u = p8.system_tokens, p8.history_tokens, p8.new_tokens
     hit_random = calc.hit_fraction(calc.cached_tokens_random(s, h, p8.replicas), s, h, u)
     hit_aware = calc.hit_fraction(calc.cached_tokens_cache_aware(s, h), s, h, u)
+    # the bound with nested prefix hits, for a history of 2 to 3 earlier turns (the worked prompt)
+    nested_turns = (math.floor(p8.earlier_turns), math.ceil(p8.earlier_turns))
+    nested = {
+        k: calc.hit_fraction(calc.cached_tokens_random_nested(s, h, p8.replicas, k), s, h, u)
+        for k in nested_turns
+    }
     per_token = calc.kv_bytes_per_token(m.layers, m.kv_heads, m.head_dim, 2)
     tokens_16k = assumptions.P22_TRANSFER.self_check_tokens
     kv_16k = calc.kv_bytes(tokens_16k, per_token)
@@ -487,14 +493,17 @@ def questions() -> list[Question]:
     return [
         Question(
             "hit_random",
-            "Random routing: percentage of prompt tokens cached?",
+            "Random routing, by the one-in-N bound: percentage of prompt tokens cached?",
             100 * hit_random,
             "%",
             None,
             "the system prompt always hits; the history is on the chosen replica 1 time in 8.",
             f"{units.fmt_int(cached_r)} of {units.fmt_int(total)} prompt tokens: the system "
             f"prompt, plus the history one time in {p8.replicas}. A floor, not a prediction: "
-            "prefix hits nest, so random routing keeps more while caches have room.",
+            "prefix hits nest, so a history of "
+            f"{' to '.join(str(k) for k in nested_turns)} earlier turns lifts random routing to "
+            f"{' to '.join(units.fmt_pct(v) for v in nested.values())}, and long chats further, "
+            "while caches have room.",
             "notebooks/p08-04-worked-answer",
             ("p08_hit_random",),
         ),
