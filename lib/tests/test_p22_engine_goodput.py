@@ -26,7 +26,7 @@ def test_recorded_goodput_is_current():
     )
     assert data["rtol"] == tool.RTOL and data["seeds"] == list(tool.SEEDS)
     cases = {(r["case"], r["model"]) for r in data["rows"]}
-    assert cases == {(c, m) for c in tool.CASES for m in ("engine", "measured")}
+    assert cases == {(c, m) for c in tool.CASES for m in ("engine", "engine + host", "measured")}
     for r in data["rows"]:
         assert len(r["per_seed_rps"]) == len(tool.SEEDS)
         assert all(g > 0 for g in r["per_seed_rps"])
