@@ -369,7 +369,8 @@ def test_fit_host_recovers_a_known_term():
     rows = [r for r in silicon.scored_rows() if r["model_path"] == QWEN and r["osl"] == "512"
             and r["batch_size"] in ("8", "64")][:4]  # fmt: skip
     assert len(rows) == 4
-    truth = replace(silicon.knobs(), step_overhead_s=2.5e-3, host_s_per_seq=40e-6)
+    truth = replace(silicon.STEADY, frontend_s=silicon.knobs().frontend_s, step_overhead_s=2.5e-3,
+                    host_s_per_seq=40e-6)  # fmt: skip
     fake = [{**r, "silicon_tpot_ms": str(silicon.predict(r, truth)["tpot_ms"])} for r in rows]
     h = silicon.fit_host(fake, "fake")
     assert h.step_s == pytest.approx(2.5e-3, rel=0.05)
@@ -378,3 +379,33 @@ def test_fit_host_recovers_a_known_term():
         silicon.fit_host([])
     with pytest.raises(ValueError, match="model must be one of"):
         silicon.host_for("nobody/none")
+
+
+def test_predict_names_the_field_it_cannot_cover():
+    from kvlab.validate import silicon
+
+    row = dict(silicon.scored_rows()[0])
+    for field, bad in (("backend", "sglang"), ("system", "b200"), ("precision", "int4"),
+                       ("mode", "disagg"), ("batch_size", "0"), ("isl", "x")):  # fmt: skip
+        with pytest.raises(ValueError, match=repr(field)):
+            silicon.predict({**row, field: bad})
+    with pytest.raises(ValueError, match="'osl'"):
+        silicon.predict({k: v for k, v in row.items() if k != "osl"})
+
+
+def test_wave_model_weighs_the_first_wave_by_one_request_per_client():
+    """The wave prediction is the first wave and the steady state mixed 1 : (n - 1)."""
+    from dataclasses import replace
+
+    from kvlab.validate import silicon
+
+    k = silicon.knobs()
+    assert k.start == "wave" and k.requests_per_client in silicon.WAVE_RANGE
+    row = next(r for r in silicon.scored_rows() if r["batch_size"] == "32")
+    wave = silicon.predict(row, k)
+    first = silicon.predict(row, replace(k, start="together", requests_per_client=1, warmup=0))
+    steady = silicon.predict(row, replace(k, start="staggered", requests_per_client=4, warmup=1))
+    n = k.requests_per_client
+    for m in ("ttft_ms", "tpot_ms"):
+        assert wave[m] == pytest.approx((first[m] + (n - 1) * steady[m]) / n, rel=1e-12)
+    assert first["ttft_ms"] > steady["ttft_ms"]  # the wave queues
