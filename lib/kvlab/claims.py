@@ -203,20 +203,16 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_transfer_cheap",
             bool(t_each < 0.01 and t_msgs - t_each > t_each and max(eb, em) < t_each),
-            "The KV moves GPU to GPU over RDMA, best layer by layer while prefill runs; with GQA "
-            "its bytes take milliseconds, so the cost to watch is the number of messages: small "
-            "blocks sent one by one take longer than their bytes.",
+            "The KV goes GPU to GPU over RDMA, best layer by layer during prefill; with GQA its "
+            "bytes take milliseconds, so I'd count the messages too and pack small blocks.",
         ),
         Claim(
             "p22_claim_messages",
             bool(t_msgs > 5 * t_each and share_msgs["book"] > 5 * share_each["book"] and em < t_each),
-            f"At line rate each GPU's share takes {sec(t_each)}; sent as one message per "
-            f"{X.block_tokens}-token block per layer it is {units.fmt_int(msgs)} messages, and at "
-            f"an assumed {sec(X.per_message_s)} each they add {sec(t_msgs - t_each)}. Pulled after "
-            f"prefill, the transfer is then {pct(share_msgs['book'])} of TTFT with the book's "
-            f"prefill ({pct(share_msgs['measured'])} measured) instead of "
-            f"{pct(share_each['book'])}; sent layer by layer, {sec(em)} stays exposed on "
-            "measured costs.",
+            f"That is {sec(t_each)} at line rate, but {units.fmt_int(msgs)} messages add "
+            f"{sec(t_msgs - t_each)}: pulled after prefill, the transfer takes "
+            f"{pct(share_msgs['book'])} of TTFT (book; {pct(share_msgs['measured'])} measured), "
+            f"not {pct(share_each['book'])}; sent layer by layer, {sec(em)} stays exposed.",
         ),
         Claim(
             "p22_claim_overlap",
@@ -233,17 +229,14 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_pools",
             bool(pb[2] > pb[3] and pm[2] > pm[3] and pm[2] < pb[2] and pm[3] < pb[3]),
-            "Prefill demand over one replica's throughput, and Little's law over the largest "
-            "batch that meets TPOT, give more prefill than decode replicas in both calibrations: "
-            f"with headroom on both pools, {pb[2]} : {pb[3]} on the book's round numbers and "
-            f"{pm[2]} : {pm[3]} on measured costs.",
+            f"The same rule gives {pm[2]} : {pm[3]} on measured costs ({pb[2]} : {pb[3]} on the "
+            "book's): more prefill than decode replicas either way.",
         ),
         Claim(
             "p22_claim_pools_rule",
             bool(pb[2] > math.ceil(pb[0] - 1e-9) and (pb[2], pb[3]) != (hb[2], hb[3])),
             "I'd size prefill from prompt tokens per second and decode from Little's law over the "
-            "largest batch that meets TPOT, leave headroom in both pools, and keep the ratio "
-            "adjustable.",
+            "largest batch that meets TPOT, with headroom in both pools.",
         ),
         Claim(
             "p22_claim_hits_flip",
@@ -263,10 +256,10 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_tpot_colocated",
             bool(all(m > s for m, s in mixed.values()) and mixed["book"][0] > pools.tpot_s),
-            f"A {chunk}-token prefill chunk stretches a {batch50}-request decode step from "
-            f"{sec(mixed['book'][1])} to {sec(mixed['book'][0])} with the book's numbers "
-            f"(past the {sec(pools.tpot_s)} target) and from {sec(mixed['measured'][1])} to "
-            f"{sec(mixed['measured'][0])} measured.",
+            f"A {chunk}-token chunk stretches a {batch50}-request decode step from "
+            f"{sec(mixed['book'][1])} to {sec(mixed['book'][0])} (book; the target is "
+            f"{sec(pools.tpot_s)}), {sec(mixed['measured'][1])} to {sec(mixed['measured'][0])} "
+            "measured.",
         ),
         Claim(
             "p22_claim_tpot_split",
@@ -286,17 +279,16 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_ttft_split",
             bool(share_each["book"] < 0.02 and eb / (pre["book"] + eb) < 0.01),
-            f"Prefill runs alone at full speed; pulled after prefill, the transfer adds "
-            f"{pct(share_each['book'])} of TTFT at line rate and {pct(share_msgs['book'])} with "
-            f"its messages (book), {pct(eb / (pre['book'] + eb), 2)} sent layer by layer.",
+            f"Prefill runs alone; a pull after it adds {pct(share_each['book'])} of TTFT at line "
+            f"rate, {pct(share_msgs['book'])} with messages (book); layer by layer, "
+            f"{pct(eb / (pre['book'] + eb), 2)}.",
         ),
         Claim(
             "p22_claim_mistake_free",
             bool(max(share_each.values()) < 0.02 and t_one / t_each == X.nics and t_msgs > 5 * t_each),
-            f"For the {tok}-token request it is {sec(t_each)} with a NIC per GPU and "
-            f"{sec(t_one)} through one NIC at line rate, {sec(t_msgs)} with a NIC per GPU once "
-            f"its messages are counted, against {sec(pre['book'])} of prefill with the book's "
-            f"numbers or {sec(pre['measured'])} measured.",
+            f"For the {tok}-token request: {sec(t_each)} with a NIC per GPU and {sec(t_one)} "
+            f"through one at line rate, {sec(t_msgs)} with its messages, against "
+            f"{sec(pre['book'])} of prefill (book) or {sec(pre['measured'])} (measured).",
         ),
         Claim(
             "p22_claim_mistake_gqa",
@@ -324,11 +316,9 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_mistake_hidden",
             bool(max(eb, em) < t_msgs / 10 and X.per_message_s < keeps_up),
-            f"Sent layer by layer during prefill, only the last layer's send, {sec(em)} of the "
-            f"{sec(t_msgs)} with messages counted, stays exposed: the link keeps up with the "
-            f"shorter, measured prefill while a message costs under {sec(keeps_up)}. A pull after "
-            "prefill (vLLM's NIXL connector, DistServe) or a push after the whole prefill exposes "
-            "all of it.",
+            f"Sent layer by layer, only the last layer's send stays exposed, {sec(em)} of the "
+            f"{sec(t_msgs)}, while a message costs under {sec(keeps_up)} (measured prefill); a "
+            "pull after prefill (vLLM's NIXL connector, DistServe) exposes all of it.",
         ),
         Claim(
             "p22_claim_mistake_heads",

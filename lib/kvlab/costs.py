@@ -483,7 +483,10 @@ def deployed_pools(
     k_eff = d.decode_per_request_s + d.decode_per_context_token_s * (
         prompt_tokens + output_tokens / 2
     )
-    batch = min(math.floor((tpot_s - d.decode_base_s) / k_eff), max_batch_cap)
+    if tpot_s <= d.decode_base_s + k_eff:
+        batch = 0
+    else:  # rounded down, float noise ignored (99.99999999999999 is 100)
+        batch = min(calc.max_decode_batch(tpot_s, d.decode_base_s, k_eff), max_batch_cap)
     if batch < 1:
         raise ValueError(
             f"tpot_s {tpot_s} s leaves no room for one request in a decode step of this cost "
