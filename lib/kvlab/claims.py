@@ -249,9 +249,9 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_calibrations_disagree",
             bool(lever["book"] > 1.5 and lever["measured"] < 1.35),
-            "The book's round numbers make interference, and so the split's gain, large: the "
-            f"averages promise {lever['book']:.1f}x the colocated capacity with them but only "
-            f"{lever['measured']:.1f}x with the costs fitted to aiconfigurator's database.",
+            f"On averages the book's round numbers promise the split {lever['book']:.1f}x "
+            f"colocation's capacity, costs fitted to aiconfigurator's database only "
+            f"{lever['measured']:.1f}x.",
         ),
         Claim(
             "p22_claim_tpot_colocated",
