@@ -41,8 +41,8 @@ ROWS = 10  # rows kept per table
 #: case -> (prompt tokens, answer tokens, cached prefix tokens, total GPUs). The card's cases, in
 #: 8-GPU replicas as the simulator runs them: 83 % hits on 9 replicas (2,490 of 3,000 tokens
 #: cached: the simulator's uncached part is ceil(3,000 x 0.17) = 510 tokens), the shifted mix on 10,
-#: 300 / 300 on 2, 3, 4 and 10; and the worked scenario on 24, 32 and 40 GPUs for the GPU count at
-#: 20 requests/s.
+#: 300 / 300 on 2, 3, 4 and 10; and the worked scenario on 16 GPUs (the small fleet) and on 24, 32
+#: and 40 GPUs for the GPU count at 20 requests/s.
 CASES = {
     "hits_72": (3000, 300, 2490, 72),
     "shift_80": (1000, 1000, 0, 80),
@@ -50,6 +50,7 @@ CASES = {
     "short_24": (300, 300, 0, 24),
     "short_32": (300, 300, 0, 32),
     "short_80": (300, 300, 0, 80),
+    "worked_16": (3000, 300, 0, 16),
     "worked_24": (3000, 300, 0, 24),
     "worked_32": (3000, 300, 0, 32),
     "worked_40": (3000, 300, 0, 40),

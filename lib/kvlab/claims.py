@@ -333,9 +333,9 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_mistake_fixed",
             bool((pb[2], pb[3]) != (hb[2], hb[3]) and (pb[2], pb[3]) != (pm[2], pm[3])),
-            f"The deployed split moves with the traffic and the costs: {pb[2]} : {pb[3]} with the "
-            f"book's numbers, {hb[2]} : {hb[3]} with {pct(pools.hit_rate_with_caching)} prefix "
-            f"hits, {pm[2]} : {pm[3]} with the measured costs.",
+            f"The deployed split moves with traffic and costs: {pb[2]} : {pb[3]} (book), "
+            f"{hb[2]} : {hb[3]} with {pct(pools.hit_rate_with_caching)} hits, {pm[2]} : {pm[3]} "
+            "measured.",
         ),
     ]
 
