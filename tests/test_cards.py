@@ -306,3 +306,103 @@ def test_moving_the_return_time_turns_the_p08_verdict_false():
     quick = {c.key: c for c in kvclaims.p08_card_claims(dataclasses.replace(P8, return_s=60))}
     flipped = sorted(k for k in used & set(quick) if now[k].holds and not quick[k].holds)
     assert "p08_claim_working_set" in flipped
+# -- Problem 22: the answer issue 35 asked for -----------------------------------------------------
+
+
+def p22_spoken_text() -> str:
+    block = quotes(section(card_text("p22"), SPOKEN_HEADING))[0]
+    return " ".join(GLUED[CLAIM_ROLE.fullmatch(line).group(1)] for line in block)  # type: ignore[union-attr]
+
+
+def test_p22_general_answer_comes_before_the_scenario():
+    text = card_text("p22")
+    general, worked = text.index("## The general answer"), text.index("## The worked scenario")
+    assert general < worked
+    for part in ("**Why split.**", "**How the KV cache moves.**", "**What it costs.**", "**When not to.**"):
+        assert general < text.index(part) < worked, part
+    # the general answer states no figure of the scenario
+    body = text[general:worked]
+    assert not re.search(r"\{(num|claim)\}`", body), "the general answer glues a scenario figure"
+
+
+def test_p22_spoken_answer_names_the_layout_per_phase_and_the_shared_layout():
+    spoken = p22_spoken_text()
+    assert "TP 2" in spoken and "TP 4" in spoken, "the spoken answer names each pool's TP"
+    assert "one parallelism layout must serve both phases" in spoken
+    assert "goodput" in spoken and "not throughput" in spoken
+
+
+def test_p22_layout_gains_are_the_measured_runs():
+    """The card's 1.11x and 1.58x (p22-02) are the figures p22-06 computes on the same seeds."""
+    spoken = GLUED["p22_claim_layout_per_phase"]
+    assert GLUED["p22m_gain_measured"] in spoken and GLUED["p22m_tp_gain"] in spoken
+
+
+def test_p22_goodput_is_credited_to_distserve_alone():
+    for page in ("p22-card.md", "p22-deeper.md", "p22-followups.md"):
+        text = (ROOT / "book" / page).read_text(encoding="utf-8")
+        for para in re.split(r"\n\s*\n", text):
+            for sentence in re.split(r"(?<=[.;])\s", para):
+                if "goodput" in sentence.lower() and "patel2024splitwise" in sentence:
+                    raise AssertionError(f"{page}: goodput cited to Splitwise: {sentence!r}")
+
+
+def test_p22_throughput_is_separated_from_goodput_with_vllms_docs():
+    text = card_text("p22")
+    assert "{cite}`vllm_disagg`" in text and "throughput" in text
+    assert kvclaims.words(GLUED["p22_claim_goodput_not_throughput"]) > 0
+    assert holds("p22_claim_goodput_not_throughput") and holds("p22_claim_throughput_figures")
+
+
+def test_p22_line_rate_times_come_with_their_messages():
+    """Wherever the card or the deeper page gives the NIC-per-GPU line-rate time, the message count
+    and the time with messages are given too."""
+    for page in ("p22-card.md", "p22-deeper.md"):
+        text = (ROOT / "book" / page).read_text(encoding="utf-8")
+        if "p22_t_nic_each" in text or "p22_claim_mistake_free" in text:
+            assert "p22_t_msgs" in text or "p22_claim_messages" in text, page
+    assert GLUED["p22_t_msgs"] in GLUED["p22_claim_mistake_free"]
+
+
+def test_p22_multi_turn_reuse_names_the_decode_side():
+    for page in ("p22-card.md", "p22-deeper.md"):
+        text = (ROOT / "book" / page).read_text(encoding="utf-8")
+        assert re.search(r"last answer.{0,80}decode side", text, re.S), page
+
+
+def test_p22_pools_are_sized_by_one_rule():
+    """The card's measured P : D and the A100 line's all-H100 plan come from costs.deployed_pools."""
+    from kvlab import costs
+    from kvlab.assumptions import P22_POOLS as p
+
+    measured = costs.cost_model("measured", gpu="H100-SXM", tp=8)
+    plan = costs.deployed_pools(measured, p.rate_rps, p.prompt_tokens, p.output_tokens, p.tpot_s)
+    assert f"{plan.prefill} : {plan.decode} measured" in GLUED["p22_claim_mistake_fixed"]
+    per_k = 1000 * (plan.prefill + plan.decode) * 8 * 4.0 / 3600 / p.rate_rps
+    assert GLUED["p22_meas_meas_a100_h100_per_k"] == f"{per_k:.2f}"
+
+
+def test_p22_aiconfigurator_ran_every_case_the_card_states():
+    doc = json.loads((ROOT / "data" / "costs" / "aic_cases.json").read_text(encoding="utf-8"))
+    cases = doc["cases"]
+    for name in ("hits_72", "short_80", "shift_80", "worked_16", "worked_24", "worked_32", "worked_40"):
+        assert name in cases, name
+        assert cases[name]["command"].startswith("aiconfigurator cli default"), name
+        assert {"agg", "disagg"} <= set(cases[name]["best_configs"]), name
+    text = card_text("p22")
+    for row in ("worked", "hits", "small", "short"):
+        assert f"p22_sens_{row}_aic" in text and GLUED[f"p22_sens_{row}_aic"] != "—", row
+
+
+def test_p22_gpu_count_is_simulated_not_divided():
+    nb = json.loads((ROOT / "notebooks" / "p22-06-measured-costs.ipynb").read_text(encoding="utf-8"))
+    src = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "def gpus_for(" not in src and "pdsim.attainment(" in src
+    assert "p22m_claim_gpus20" in card_text("p22") and holds("p22m_claim_gpus20")
+
+
+def test_p22_short_prompts_say_which_calibration_decides():
+    sc = (ROOT / "book" / "self-check.md").read_text(encoding="utf-8")
+    assert "Short prompts alone are not a" not in sc
+    assert "{claim}`p22_claim_short_prompts`" in sc and holds("p22_claim_short_prompts")
+    assert "measured costs decide" in GLUED["p22_claim_short_prompts"]

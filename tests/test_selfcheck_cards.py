@@ -23,7 +23,7 @@ CARD_PAGES = ["p08-card.md", "p22-card.md", "p08-deeper.md", "p22-deeper.md"]
 #: document, the network stream): no card states them, so they may be glued for it.
 SELF_CHECK_ONLY = {
     "sc_16k_tokens", "sc_16k_fp16", "sc_16k_fp8", "sc_16k_t", "sc_mem_left",
-    "sc_mem_per_request", "sc_stream_bits",
+    "sc_mem_per_request", "sc_stream_bits", "sc_16k_msgs", "sc_16k_t_msgs",
 }  # fmt: skip
 #: Self-check figures whose printed value equals a card figure's by arithmetic or chance, not
 #: because they are the same quantity.

@@ -62,6 +62,11 @@ class Problem22Transfer:
     long_prompt_tokens: int = 100_000
     self_check_tokens: int = 16_000
     nics: int = 8  # one NIC per GPU
+    # how the bytes go: one message per KV block per layer (vLLM's default block of 16 tokens,
+    # blocks not contiguous), each costing a fixed time on top of its bytes; 2 us is an assumption
+    # (the measured-costs chapter also tries 10 us): measure your transfer engine's
+    block_tokens: int = 16
+    per_message_s: float = 2e-6
 
 
 @dataclass(frozen=True)

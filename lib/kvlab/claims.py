@@ -101,27 +101,16 @@ def decide(found: list[Claim]) -> None:
 def _pools(
     cost: CostModelLike, max_batch_cap: int = 256, max_busy: float = 0.9, hit_rate: float = 0.0
 ) -> tuple[float, float, int, int]:
-    """Problem 22's pools under ``cost``: (prefill work, decode work, deployed P, deployed D).
-
-    Prefill work is demand over one replica's prompt throughput; decode work is the Little's-law
-    concurrency over the largest batch whose step (at the mean context, prompt + output / 2) meets
-    the TPOT target, capped at the simulator's ``max_batch_cap``; deployed counts keep every
-    replica at most ``max_busy`` busy (:func:`kvlab.calc.replicas_with_headroom`).
-    """
-    from . import calc, costs
+    """Problem 22's pools under ``cost``: (prefill work, decode work, deployed P, deployed D), by
+    the one sizing rule :func:`kvlab.costs.deployed_pools` (headroom on both pools)."""
+    from . import costs
     from .assumptions import P22_POOLS as pools
 
-    c = costs.as_costs(cost)
-    per_replica = pools.prompt_tokens / costs.prefill_cost_s(c, pools.prompt_tokens)
-    demand = calc.prefill_demand(pools.rate_rps, pools.prompt_tokens, hit_rate)
-    ctx = pools.prompt_tokens + pools.output_tokens / 2
-    k_eff = c.decode_per_request_s + c.decode_per_context_token_s * ctx
-    batch = min(math.floor((pools.tpot_s - c.decode_base_s) / k_eff), max_batch_cap)
-    concurrency = calc.decode_concurrency(pools.rate_rps, pools.output_tokens, pools.tpot_s)
-    p_work, d_work = demand / per_replica, concurrency / batch
-    p_dep = calc.replicas_with_headroom(demand, per_replica, max_busy)
-    d_dep = calc.replicas_with_headroom(concurrency, batch, max_busy)
-    return p_work, d_work, p_dep, d_dep
+    p = costs.deployed_pools(
+        cost, pools.rate_rps, pools.prompt_tokens, pools.output_tokens, pools.tpot_s,
+        hit_rate=hit_rate, max_busy=max_busy, max_batch_cap=max_batch_cap,
+    )  # fmt: skip
+    return p.prefill_work, p.decode_work, p.prefill, p.decode
 
 
 def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]:
@@ -144,6 +133,17 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
     exposed = disagg.exposed_transfer_seconds(
         prefill_s=pre["book"], transfer_s=t_each, layers=MODEL.layers
     )
+    # the bytes go as one message per KV block per layer, each at a fixed cost (assumed)
+    per_layer = math.ceil(X.prompt_tokens / X.block_tokens)
+    msgs = per_layer * MODEL.layers
+    t_msgs = costs.transfer_s(
+        per_gpu, NIC_BYTES_PER_S, messages=msgs, per_message_s=X.per_message_s
+    )
+    share_msgs = {n: disagg.transfer_share_of_ttft(t_msgs, p) for n, p in pre.items()}
+    exposed_msgs = {
+        n: disagg.exposed_transfer_seconds(p, t_each, MODEL.layers, per_layer * X.per_message_s)
+        for n, p in pre.items()
+    }
     ridge = hardware.H100_SXM.ridge_flops_per_byte
     ctx = pools.prompt_tokens + pools.output_tokens / 2
     i_pre = disagg.prefill_intensity(MODEL, pools.prompt_tokens)
@@ -186,6 +186,9 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
     hb, hm = pool_hit["book"], pool_hit["measured"]
     pct, sec = units.fmt_pct, units.fmt_seconds
     tok = units.fmt_int(X.prompt_tokens)
+    eb, em = exposed_msgs["book"], exposed_msgs["measured"]
+    # the per-message cost below which a layer's send keeps up with a layer's measured prefill
+    keeps_up = (pre["measured"] - t_each) / MODEL.layers / per_layer
     return [
         Claim(
             "p22_claim_why_split",
@@ -195,18 +198,26 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
                 and mixed["book"][0] > pools.tpot_s
             ),
             "Prefill is compute-bound and sets TTFT; decode is bandwidth-bound and sets TPOT; "
-            "colocated, every prefill chunk stretches the decode steps it rides with.",
+            "colocated, every prefill chunk stretches the decode steps it rides with, and one "
+            "parallelism layout must serve both phases.",
         ),
         Claim(
             "p22_claim_transfer_cheap",
-            bool(max(share_each.values()) < 0.02),
-            f"Shipping the KV cache is cheap once you compute it: an {tok}-token prompt on a 70B "
-            "model with GQA moves in a few milliseconds with one NIC per GPU, under 2 % of TTFT "
-            "with either calibration.",
+            bool(t_each < 0.01 and t_msgs - t_each > t_each and max(eb, em) < t_each),
+            "The KV goes GPU to GPU over RDMA, best layer by layer during prefill; with GQA its "
+            "bytes take milliseconds, so I'd count the messages too and pack small blocks.",
+        ),
+        Claim(
+            "p22_claim_messages",
+            bool(t_msgs > 5 * t_each and share_msgs["book"] > 5 * share_each["book"] and em < t_each),
+            f"That is {sec(t_each)} at line rate, but {units.fmt_int(msgs)} messages add "
+            f"{sec(t_msgs - t_each)}: pulled after prefill, the transfer takes "
+            f"{pct(share_msgs['book'])} of TTFT (book; {pct(share_msgs['measured'])} measured), "
+            f"not {pct(share_each['book'])}; sent layer by layer, {sec(em)} stays exposed.",
         ),
         Claim(
             "p22_claim_overlap",
-            bool(exposed < t_each / 10),
+            bool(max(eb, em) < t_msgs / 10),
             "Pulled after prefill, as vLLM's NIXL connector does, all of it adds to TTFT; sent "
             "layer by layer while prefill runs, almost none of it does.",
         ),
@@ -219,10 +230,14 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_pools",
             bool(pb[2] > pb[3] and pm[2] > pm[3] and pm[2] < pb[2] and pm[3] < pb[3]),
-            "Prefill demand over one replica's throughput, and Little's law over the largest "
-            "batch that meets TPOT, give more prefill than decode replicas in both calibrations: "
-            f"with headroom the book's round numbers say {pb[2]} : {pb[3]}, and the measured "
-            "costs need fewer of both.",
+            f"The same rule gives {pm[2]} : {pm[3]} on measured costs ({pb[2]} : {pb[3]} on the "
+            "book's): more prefill than decode replicas either way.",
+        ),
+        Claim(
+            "p22_claim_pools_rule",
+            bool(pb[2] > math.ceil(pb[0] - 1e-9) and (pb[2], pb[3]) != (hb[2], hb[3])),
+            "I'd size prefill from prompt tokens per second and decode from Little's law over the "
+            "largest batch that meets TPOT, with headroom in both pools.",
         ),
         Claim(
             "p22_claim_hits_flip",
@@ -235,17 +250,17 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_calibrations_disagree",
             bool(lever["book"] > 1.5 and lever["measured"] < 1.35),
-            "The book's round numbers make interference, and so the split's gain, large: the "
-            f"averages promise {lever['book']:.1f}x the colocated capacity with them but only "
-            f"{lever['measured']:.1f}x with the costs fitted to aiconfigurator's database.",
+            f"On averages the book's round numbers promise the split {lever['book']:.1f}x "
+            f"colocation's capacity, costs fitted to aiconfigurator's database only "
+            f"{lever['measured']:.1f}x.",
         ),
         Claim(
             "p22_claim_tpot_colocated",
             bool(all(m > s for m, s in mixed.values()) and mixed["book"][0] > pools.tpot_s),
-            f"A {chunk}-token prefill chunk stretches a {batch50}-request decode step from "
-            f"{sec(mixed['book'][1])} to {sec(mixed['book'][0])} with the book's numbers "
-            f"(past the {sec(pools.tpot_s)} target) and from {sec(mixed['measured'][1])} to "
-            f"{sec(mixed['measured'][0])} measured.",
+            f"A {chunk}-token chunk stretches a {batch50}-request decode step from "
+            f"{sec(mixed['book'][1])} to {sec(mixed['book'][0])} (book; the target is "
+            f"{sec(pools.tpot_s)}), {sec(mixed['measured'][1])} to {sec(mixed['measured'][0])} "
+            "measured.",
         ),
         Claim(
             "p22_claim_tpot_split",
@@ -264,17 +279,17 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         ),
         Claim(
             "p22_claim_ttft_split",
-            bool(share_each["book"] < 0.02 and exposed / (pre["book"] + exposed) < 0.001),
-            f"Prefill runs alone at full speed; the transfer adds {pct(share_each['book'])} of "
-            f"TTFT with a NIC per GPU when sent after prefill (book), "
-            f"{pct(exposed / (pre['book'] + exposed), 2)} sent layer by layer.",
+            bool(share_each["book"] < 0.02 and eb / (pre["book"] + eb) < 0.01),
+            f"Prefill runs alone; a pull after it adds {pct(share_each['book'])} of TTFT at line "
+            f"rate, {pct(share_msgs['book'])} with messages (book); layer by layer, "
+            f"{pct(eb / (pre['book'] + eb), 2)}.",
         ),
         Claim(
             "p22_claim_mistake_free",
-            bool(max(share_each.values()) < 0.02 and t_one / t_each == X.nics),
-            f"For the {tok}-token request it is {sec(t_each)} with a NIC per GPU and "
-            f"{sec(t_one)} through one NIC, against {sec(pre['book'])} of prefill with the book's "
-            f"numbers or {sec(pre['measured'])} measured.",
+            bool(max(share_each.values()) < 0.02 and t_one / t_each == X.nics and t_msgs > 5 * t_each),
+            f"For the {tok}-token request: {sec(t_each)} with a NIC per GPU and {sec(t_one)} "
+            f"through one at line rate, {sec(t_msgs)} with its messages, against "
+            f"{sec(pre['book'])} of prefill (book) or {sec(pre['measured'])} (measured).",
         ),
         Claim(
             "p22_claim_mistake_gqa",
@@ -295,16 +310,16 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_mistake_one_nic",
             bool(t_one / t_each == X.nics and share_one["measured"] > 2 * share_one["book"]),
-            f"Eight GPUs sharing one NIC take eight times longer: {sec(t_one)}, "
+            f"Eight GPUs sharing one NIC take eight times longer at line rate: {sec(t_one)}, "
             f"{pct(share_one['book'])} of TTFT with the book's prefill but "
             f"{pct(share_one['measured'])} with the faster measured one.",
         ),
         Claim(
             "p22_claim_mistake_hidden",
-            bool(exposed < t_each / 10),
-            f"Sent layer by layer during prefill, {sec(exposed, 2)} of the {sec(t_each)} stays "
-            "exposed; a pull after prefill (vLLM's NIXL connector, DistServe) or a push after the "
-            "whole prefill exposes all of it.",
+            bool(max(eb, em) < t_msgs / 10 and X.per_message_s < keeps_up),
+            f"Sent layer by layer, only the last layer's send stays exposed, {sec(em)} of the "
+            f"{sec(t_msgs)}, while a message costs under {sec(keeps_up)} (measured prefill); a "
+            "pull after prefill (vLLM's NIXL connector, DistServe) exposes all of it.",
         ),
         Claim(
             "p22_claim_mistake_heads",
@@ -319,9 +334,9 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_mistake_fixed",
             bool((pb[2], pb[3]) != (hb[2], hb[3]) and (pb[2], pb[3]) != (pm[2], pm[3])),
-            f"The deployed split moves with the traffic and the costs: {pb[2]} : {pb[3]} with the "
-            f"book's numbers, {hb[2]} : {hb[3]} with {pct(pools.hit_rate_with_caching)} prefix "
-            f"hits, {pm[2]} : {pm[3]} with the measured costs.",
+            f"The deployed split moves with traffic and costs: {pb[2]} : {pb[3]} (book), "
+            f"{hb[2]} : {hb[3]} with {pct(pools.hit_rate_with_caching)} hits, {pm[2]} : {pm[3]} "
+            "measured.",
         ),
     ]
 

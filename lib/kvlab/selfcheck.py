@@ -536,12 +536,13 @@ def questions() -> list[Question]:
         ),
         Question(
             "t_16k",
-            "Transfer time over 8 NICs of 50 GB/s, in ms?",
+            "Line-rate transfer time over 8 NICs of 50 GB/s, in ms?",
             t_16k * 1e3,
             "ms",
             None,
             "bytes / (8 x 50 GB/s).",
-            f"{units.fmt_bytes(kv_16k)} split over {nics} NICs of 50 GB/s each.",
+            f"{units.fmt_bytes(kv_16k)} split over {nics} NICs of 50 GB/s each, at line rate: "
+            "each message's fixed cost comes on top (the self-check page's answer counts it).",
             "notebooks/p22-02-worked-answer",
             ("sc_16k_t",),
         ),
