@@ -336,7 +336,7 @@ def p08_card_claims(p8=None) -> list[Claim]:
     minute) to show that the card's verdict turns false when an assumption moves."""
     from . import calc, units
     from .assumptions import P8
-    from .workingset import p08_pool, p08_working_set
+    from .workingset import P8_EARLIER_MEMORY_SHARE, p08_pool, p08_working_set
 
     p8 = P8 if p8 is None else p8
     pool = p08_pool(p8)
@@ -359,8 +359,9 @@ def p08_card_claims(p8=None) -> list[Claim]:
                 abs(fp8.tokens - 2 * pool.tokens) <= 32
                 and pool.tokens > p8.cache_tokens_per_replica
             ),
-            "In vLLM the prefix cache is the free KV pool: at the default "
-            f"{pct(pool.gpu_memory_utilization)} of memory, less {units.fmt_bytes(pool.weight_bytes)} "
+            "In vLLM the prefix cache is the free KV pool: at vLLM 0.32's default "
+            f"{pct(pool.gpu_memory_utilization)} of memory ({pct(P8_EARLIER_MEMORY_SHARE)} in earlier "
+            f"releases), less {units.fmt_bytes(pool.weight_bytes)} "
             f"of bf16 weights and {units.fmt_bytes(pool.non_kv_bytes / p8.tp, digits=2)} per GPU of "
             f"activations, eight H100s at TP {p8.tp} keep {units.fmt_bytes(pool.kv_bytes)}, "
             f"{tok(pool.tokens)} at bf16, twice that at fp8.",
