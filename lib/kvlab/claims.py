@@ -351,7 +351,7 @@ def p08_card_claims(p8=None) -> list[Claim]:
     minute) to show that the card's verdict turns false when an assumption moves."""
     from . import calc, units
     from .assumptions import P8
-    from .workingset import p08_pool, p08_working_set
+    from .workingset import P8_EARLIER_MEMORY_SHARE, p08_pool, p08_working_set
 
     p8 = P8 if p8 is None else p8
     pool = p08_pool(p8)
@@ -374,18 +374,18 @@ def p08_card_claims(p8=None) -> list[Claim]:
                 abs(fp8.tokens - 2 * pool.tokens) <= 32
                 and pool.tokens > p8.cache_tokens_per_replica
             ),
-            "In vLLM the prefix cache is the free KV pool: at the default "
-            f"{pct(pool.gpu_memory_utilization)} of memory, less {units.fmt_bytes(pool.weight_bytes)} "
+            f"At vLLM 0.32's default {pct(pool.gpu_memory_utilization)} of memory "
+            f"({pct(P8_EARLIER_MEMORY_SHARE)} before), less {units.fmt_bytes(pool.weight_bytes)} "
             f"of bf16 weights and {units.fmt_bytes(pool.non_kv_bytes / p8.tp, digits=2)} per GPU of "
-            f"activations, eight H100s at TP {p8.tp} keep {units.fmt_bytes(pool.kv_bytes)}, "
-            f"{tok(pool.tokens)} at bf16, twice that at fp8.",
+            f"activations, eight H100s at TP {p8.tp} keep a free KV pool of "
+            f"{units.fmt_bytes(pool.kv_bytes)}: {tok(pool.tokens)} at bf16, twice that at fp8.",
         ),
         Claim(
             "p08_claim_working_set",
             bool(ws.share < 0.5),
             f"Then I'd size the working set: users back about {minutes:.0f} minutes after an "
-            f"answer keep {units.fmt_int(ws.live)} conversations live (Little's law), and the free "
-            f"KV pools hold {pct(ws.share)} of them, so most returning turns miss.",
+            f"answer keep {units.fmt_int(ws.live)} chats live (Little's law); the free KV pools "
+            f"hold {pct(ws.share)} of them, so most returning turns miss.",
         ),
         Claim(
             "p08_claim_verdict_depends",

@@ -13,6 +13,7 @@ import inspect
 from typing import NamedTuple
 
 __all__ = [
+    "P8_EARLIER_MEMORY_SHARE",
     "P8_POOL_GPU",
     "P8_POOL_MODEL",
     "P8_POOL_SETTINGS",
@@ -102,9 +103,12 @@ def p08_working_set(pool_tokens: float, return_s=None, p8=None) -> P8WorkingSet:
     return P8WorkingSet(back, live, fit, fit / live, within_s)
 
 
+#: vLLM's default ``gpu_memory_utilization`` before 0.32 (0.32's is
+#: ``kvlab.assumptions.P8.gpu_memory_utilization``): the sensitivity table's first row.
+P8_EARLIER_MEMORY_SHARE = 0.90
 #: The return times and pool settings of the card's sensitivity table.
 P8_RETURNS_S = (60.0, 300.0, 900.0)
-P8_POOL_SETTINGS = ((2, 0.90), (2, 0.92), (1, 0.92))  # (KV bytes per value, memory share)
+P8_POOL_SETTINGS = ((2, P8_EARLIER_MEMORY_SHARE), (2, 0.92), (1, 0.92))  # (KV bytes per value, share)
 
 
 def p08_sensitivity(p8=None) -> list[tuple[P8Pool, list[P8WorkingSet]]]:
