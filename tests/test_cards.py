@@ -306,6 +306,8 @@ def test_moving_the_return_time_turns_the_p08_verdict_false():
     quick = {c.key: c for c in kvclaims.p08_card_claims(dataclasses.replace(P8, return_s=60))}
     flipped = sorted(k for k in used & set(quick) if now[k].holds and not quick[k].holds)
     assert "p08_claim_working_set" in flipped
+
+
 # -- Problem 22: the answer issue 35 asked for -----------------------------------------------------
 
 
@@ -318,7 +320,12 @@ def test_p22_general_answer_comes_before_the_scenario():
     text = card_text("p22")
     general, worked = text.index("## The general answer"), text.index("## The worked scenario")
     assert general < worked
-    for part in ("**Why split.**", "**How the KV cache moves.**", "**What it costs.**", "**When not to.**"):
+    for part in (
+        "**Why split.**",
+        "**How the KV cache moves.**",
+        "**What it costs.**",
+        "**When not to.**",
+    ):
         assert general < text.index(part) < worked, part
     # the general answer states no figure of the scenario
     body = text[general:worked]
@@ -371,12 +378,15 @@ def test_p22_multi_turn_reuse_names_the_decode_side():
 
 
 def test_p22_pools_are_sized_by_one_rule():
-    """The card's measured P : D and the A100 line's all-H100 plan come from costs.deployed_pools."""
-    from kvlab import costs
+    """The card's measured P : D and the A100 line's all-H100 plan come from
+    pool_sizing.deployed_pools."""
+    from kvlab import costs, pool_sizing
     from kvlab.assumptions import P22_POOLS as p
 
     measured = costs.cost_model("measured", gpu="H100-SXM", tp=8)
-    plan = costs.deployed_pools(measured, p.rate_rps, p.prompt_tokens, p.output_tokens, p.tpot_s)
+    plan = pool_sizing.deployed_pools(
+        measured, p.rate_rps, p.prompt_tokens, p.output_tokens, p.tpot_s
+    )
     assert f"{plan.prefill} : {plan.decode} measured" in GLUED["p22_claim_mistake_fixed"]
     per_k = 1000 * (plan.prefill + plan.decode) * 8 * 4.0 / 3600 / p.rate_rps
     assert GLUED["p22_meas_meas_a100_h100_per_k"] == f"{per_k:.2f}"
@@ -385,7 +395,15 @@ def test_p22_pools_are_sized_by_one_rule():
 def test_p22_aiconfigurator_ran_every_case_the_card_states():
     doc = json.loads((ROOT / "data" / "costs" / "aic_cases.json").read_text(encoding="utf-8"))
     cases = doc["cases"]
-    for name in ("hits_72", "short_80", "shift_80", "worked_16", "worked_24", "worked_32", "worked_40"):
+    for name in (
+        "hits_72",
+        "short_80",
+        "shift_80",
+        "worked_16",
+        "worked_24",
+        "worked_32",
+        "worked_40",
+    ):
         assert name in cases, name
         assert cases[name]["command"].startswith("aiconfigurator cli default"), name
         assert {"agg", "disagg"} <= set(cases[name]["best_configs"]), name
@@ -395,7 +413,9 @@ def test_p22_aiconfigurator_ran_every_case_the_card_states():
 
 
 def test_p22_gpu_count_is_simulated_not_divided():
-    nb = json.loads((ROOT / "notebooks" / "p22-06-measured-costs.ipynb").read_text(encoding="utf-8"))
+    nb = json.loads(
+        (ROOT / "notebooks" / "p22-06-measured-costs.ipynb").read_text(encoding="utf-8")
+    )
     src = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     assert "def gpus_for(" not in src and "pdsim.attainment(" in src
     assert "p22m_claim_gpus20" in card_text("p22") and holds("p22m_claim_gpus20")

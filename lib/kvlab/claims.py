@@ -102,11 +102,11 @@ def _pools(
     cost: CostModelLike, max_batch_cap: int = 256, max_busy: float = 0.9, hit_rate: float = 0.0
 ) -> tuple[float, float, int, int]:
     """Problem 22's pools under ``cost``: (prefill work, decode work, deployed P, deployed D), by
-    the one sizing rule :func:`kvlab.costs.deployed_pools` (headroom on both pools)."""
-    from . import costs
+    the one sizing rule :func:`kvlab.pool_sizing.deployed_pools` (headroom on both pools)."""
+    from . import pool_sizing
     from .assumptions import P22_POOLS as pools
 
-    p = costs.deployed_pools(
+    p = pool_sizing.deployed_pools(
         cost, pools.rate_rps, pools.prompt_tokens, pools.output_tokens, pools.tpot_s,
         hit_rate=hit_rate, max_busy=max_busy, max_batch_cap=max_batch_cap,
     )  # fmt: skip
@@ -130,9 +130,6 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
     pre = {n: costs.prefill_cost_s(c, X.prompt_tokens) for n, c in cal.items()}
     share_each = {n: disagg.transfer_share_of_ttft(t_each, p) for n, p in pre.items()}
     share_one = {n: disagg.transfer_share_of_ttft(t_one, p) for n, p in pre.items()}
-    exposed = disagg.exposed_transfer_seconds(
-        prefill_s=pre["book"], transfer_s=t_each, layers=MODEL.layers
-    )
     # the bytes go as one message per KV block per layer, each at a fixed cost (assumed)
     per_layer = math.ceil(X.prompt_tokens / X.block_tokens)
     msgs = per_layer * MODEL.layers

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlab import assumptions, calc, costs, pdsim, queueing
+from kvlab import assumptions, calc, costs, pdsim, pool_sizing, queueing
 
 GPU_TP = [(g, t) for g in costs.GPUS for t in costs.TPS]
 
@@ -345,19 +345,19 @@ def test_mixed_step_as_one_pass_beats_two_passes_added():
 def test_deployed_pools_one_rule_for_both_pools_and_any_decode_gpu():
     from kvlab import hardware
 
-    book = costs.deployed_pools(costs.BOOK, 20, 3_000, 300, 0.040)
+    book = pool_sizing.deployed_pools(costs.BOOK, 20, 3_000, 300, 0.040)
     assert (book.prefill, book.decode, book.batch) == (7, 3, 100)  # the card's 7 : 3
     assert book.prefill_work == pytest.approx(6.0) and book.decode_work == pytest.approx(2.4)
     # float noise does not lose a request: (60 - 20) / 0.2 is 200, not 199
-    assert costs.deployed_pools(costs.BOOK, 20, 3_000, 300, 0.060).batch == 200
+    assert pool_sizing.deployed_pools(costs.BOOK, 20, 3_000, 300, 0.060).batch == 200
     # decode on another GPU keeps prefill where it was and sizes decode by the same headroom
     a100 = costs.on_other_gpu(costs.BOOK, hardware.A100_80GB.hbm_bytes_per_s, hbm_share=1.0)
-    mixed = costs.deployed_pools(costs.BOOK, 20, 3_000, 300, 0.040, decode_cost=a100)
+    mixed = pool_sizing.deployed_pools(costs.BOOK, 20, 3_000, 300, 0.040, decode_cost=a100)
     assert (mixed.prefill, mixed.batch, mixed.decode) == (7, 21, 13)  # ceil(240 / (0.9 x 21))
     measured = costs.cost_model("measured", gpu="H100-SXM", tp=8)
-    m = costs.deployed_pools(measured, 20, 3_000, 300, 0.040)
+    m = pool_sizing.deployed_pools(measured, 20, 3_000, 300, 0.040)
     assert m.batch == 256 and (m.prefill, m.decode) == (3, 2)  # capped; 240 > 0.9 x 256
     with pytest.raises(ValueError, match="tpot_s"):
-        costs.deployed_pools(costs.BOOK, 20, 3_000, 300, 0.020)
+        pool_sizing.deployed_pools(costs.BOOK, 20, 3_000, 300, 0.020)
     with pytest.raises(ValueError, match="hit_rate"):
-        costs.deployed_pools(costs.BOOK, 20, 3_000, 300, 0.040, hit_rate=1.5)
+        pool_sizing.deployed_pools(costs.BOOK, 20, 3_000, 300, 0.040, hit_rate=1.5)
