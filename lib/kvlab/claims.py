@@ -281,8 +281,8 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_ttft_split",
             bool(share_each["book"] < 0.02 and eb / (pre["book"] + eb) < 0.01),
-            f"Prefill runs alone; a pull after it adds {pct(share_each['book'])} of TTFT at line "
-            f"rate, {pct(share_msgs['book'])} with messages (book); layer by layer, "
+            f"Prefill runs alone; a pull adds {pct(share_each['book'])} of TTFT at line rate, "
+            f"{pct(share_msgs['book'])} with messages (book); a layer-wise push "
             f"{pct(eb / (pre['book'] + eb), 2)}.",
         ),
         Claim(
@@ -320,7 +320,7 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
             bool(max(eb, em) < t_msgs / 10 and X.per_message_s < keeps_up),
             f"Sent layer by layer, only the last layer's send stays exposed, {sec(em)} of the "
             f"{sec(t_msgs)}, while a message costs under {sec(keeps_up)} (measured prefill); a "
-            "pull after prefill (vLLM's NIXL connector, DistServe) exposes all of it.",
+            "pull after prefill (vLLM's default, DistServe) exposes all of it.",
         ),
         Claim(
             "p22_claim_mistake_heads",
