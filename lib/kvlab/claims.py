@@ -252,8 +252,7 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
             "p22_claim_calibrations_disagree",
             bool(lever["book"] > 1.5 and lever["measured"] < 1.35),
             f"On averages the book's round numbers promise the split {lever['book']:.1f}x "
-            f"colocation's capacity, costs fitted to aiconfigurator's TensorRT-LLM database only "
-            f"{lever['measured']:.1f}x.",
+            f"colocation's capacity, the measured fit {lever['measured']:.1f}x.",
         ),
         Claim(
             "p22_claim_tpot_colocated",
