@@ -64,7 +64,9 @@ def test_recorded_small_fleet_is_current():
         names = {r["system"] for r in data["rows"] if r["case"] == case}
         assert len(names) == len(tool.systems(ptp, dtp))
     for r in data["rows"]:
-        assert len(r["per_seed_rps"]) == len(data["seeds"]) and all(g > 0 for g in r["per_seed_rps"])
+        assert len(r["per_seed_rps"]) == len(data["seeds"]) and all(
+            g > 0 for g in r["per_seed_rps"]
+        )
 
 
 def test_small_key_changes_with_the_seeds():
