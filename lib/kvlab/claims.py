@@ -201,8 +201,9 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_transfer_cheap",
             bool(t_each < 0.01 and t_msgs - t_each > t_each and max(eb, em) < t_each),
-            "The KV goes GPU to GPU over RDMA, best layer by layer during prefill; with GQA its "
-            "bytes take milliseconds, so I'd count the messages too and pack small blocks.",
+            "The KV goes GPU to GPU over RDMA, pulled after prefill (vLLM's default) or pushed "
+            "layer by layer to hide it; with GQA its bytes take milliseconds, so I'd count the "
+            "messages too and pack small blocks.",
         ),
         Claim(
             "p22_claim_messages",
@@ -248,8 +249,7 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
             "p22_claim_calibrations_disagree",
             bool(lever["book"] > 1.5 and lever["measured"] < 1.35),
             f"On averages the book's round numbers promise the split {lever['book']:.1f}x "
-            f"colocation's capacity, costs fitted to aiconfigurator's database only "
-            f"{lever['measured']:.1f}x.",
+            f"colocation's capacity, the measured fit {lever['measured']:.1f}x.",
         ),
         Claim(
             "p22_claim_tpot_colocated",
@@ -277,15 +277,15 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         Claim(
             "p22_claim_ttft_split",
             bool(share_each["book"] < 0.02 and eb / (pre["book"] + eb) < 0.01),
-            f"Prefill runs alone; a pull after it adds {pct(share_each['book'])} of TTFT at line "
-            f"rate, {pct(share_msgs['book'])} with messages (book); layer by layer, "
+            f"Prefill runs alone; a pull adds {pct(share_each['book'])} of TTFT at line rate, "
+            f"{pct(share_msgs['book'])} with messages (book); a layer-wise push "
             f"{pct(eb / (pre['book'] + eb), 2)}.",
         ),
         Claim(
             "p22_claim_mistake_free",
             bool(max(share_each.values()) < 0.02 and t_one / t_each == X.nics and t_msgs > 5 * t_each),
-            f"For the {tok}-token request: {sec(t_each)} with a NIC per GPU and {sec(t_one)} "
-            f"through one at line rate, {sec(t_msgs)} with its messages, against "
+            f"For the {tok}-token request: {sec(t_each)} with a NIC per GPU ({sec(t_msgs)} with "
+            f"its messages) and {sec(t_one)} through one NIC at line rate, against "
             f"{sec(pre['book'])} of prefill (book) or {sec(pre['measured'])} (measured).",
         ),
         Claim(
@@ -316,7 +316,7 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
             bool(max(eb, em) < t_msgs / 10 and X.per_message_s < keeps_up),
             f"Sent layer by layer, only the last layer's send stays exposed, {sec(em)} of the "
             f"{sec(t_msgs)}, while a message costs under {sec(keeps_up)} (measured prefill); a "
-            "pull after prefill (vLLM's NIXL connector, DistServe) exposes all of it.",
+            "pull after prefill (vLLM's default, DistServe) exposes all of it.",
         ),
         Claim(
             "p22_claim_mistake_heads",
