@@ -114,8 +114,11 @@ def main(argv=None) -> int:
             date=dt.date.today().isoformat(),
         )
         OUT.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-        print(f"{name}: {doc['cases'][name]['seconds']} s, chose {doc['cases'][name]['chosen_exp']}",
-              file=sys.stderr, flush=True)
+        print(
+            f"{name}: {doc['cases'][name]['seconds']} s, chose {doc['cases'][name]['chosen_exp']}",
+            file=sys.stderr,
+            flush=True,
+        )
     return 0
 
 

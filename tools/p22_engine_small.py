@@ -32,7 +32,9 @@ MODELS = ("engine", "engine + host")
 
 
 def _big():
-    spec = importlib.util.spec_from_file_location("p22_engine_goodput", ROOT / "tools" / "p22_engine_goodput.py")
+    spec = importlib.util.spec_from_file_location(
+        "p22_engine_goodput", ROOT / "tools" / "p22_engine_goodput.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -47,7 +49,11 @@ def systems(prefill_tp, decode_tp, gpus=GPUS):
     for p in range(1, gpus // prefill_tp):
         rest = gpus - prefill_tp * p
         if rest >= decode_tp and rest % decode_tp == 0:
-            out.append(pdsim.Disaggregated(p, rest // decode_tp, prefill_tp=prefill_tp, decode_tp=decode_tp))
+            out.append(
+                pdsim.Disaggregated(
+                    p, rest // decode_tp, prefill_tp=prefill_tp, decode_tp=decode_tp
+                )
+            )
     return out
 
 
@@ -73,7 +79,9 @@ def main(argv=None) -> int:
     host = silicon.host_for(big.HOST_MODEL)
     models = {
         "engine": EngineCalibration(),
-        "engine + host": EngineCalibration(step_overhead_s=host.step_s, host_s_per_seq=host.per_seq_s),
+        "engine + host": EngineCalibration(
+            step_overhead_s=host.step_s, host_s_per_seq=host.per_seq_s
+        ),
     }
     traffic = pdsim.Traffic(rate_rps=20, prompt_tokens=3000, output_tokens=300)
     t0 = time.perf_counter()

@@ -207,7 +207,9 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         ),
         Claim(
             "p22_claim_messages",
-            bool(t_msgs > 5 * t_each and share_msgs["book"] > 5 * share_each["book"] and em < t_each),
+            bool(
+                t_msgs > 5 * t_each and share_msgs["book"] > 5 * share_each["book"] and em < t_each
+            ),
             f"That is {sec(t_each)} at line rate, but {units.fmt_int(msgs)} messages add "
             f"{sec(t_msgs - t_each)}: pulled after prefill, the transfer takes "
             f"{pct(share_msgs['book'])} of TTFT (book; {pct(share_msgs['measured'])} measured), "
@@ -283,7 +285,9 @@ def p22_card_claims(book: CostModelLike, measured: CostModelLike) -> list[Claim]
         ),
         Claim(
             "p22_claim_mistake_free",
-            bool(max(share_each.values()) < 0.02 and t_one / t_each == X.nics and t_msgs > 5 * t_each),
+            bool(
+                max(share_each.values()) < 0.02 and t_one / t_each == X.nics and t_msgs > 5 * t_each
+            ),
             f"For the {tok}-token request: {sec(t_each)} with a NIC per GPU ({sec(t_msgs)} with "
             f"its messages) and {sec(t_one)} through one NIC at line rate, against "
             f"{sec(pre['book'])} of prefill (book) or {sec(pre['measured'])} (measured).",

@@ -108,7 +108,11 @@ def p08_working_set(pool_tokens: float, return_s=None, p8=None) -> P8WorkingSet:
 P8_EARLIER_MEMORY_SHARE = 0.90
 #: The return times and pool settings of the card's sensitivity table.
 P8_RETURNS_S = (60.0, 300.0, 900.0)
-P8_POOL_SETTINGS = ((2, P8_EARLIER_MEMORY_SHARE), (2, 0.92), (1, 0.92))  # (KV bytes per value, share)
+P8_POOL_SETTINGS = (
+    (2, P8_EARLIER_MEMORY_SHARE),
+    (2, 0.92),
+    (1, 0.92),
+)  # (KV bytes per value, share)
 
 
 def p08_sensitivity(p8=None) -> list[tuple[P8Pool, list[P8WorkingSet]]]:
