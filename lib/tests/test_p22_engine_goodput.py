@@ -11,11 +11,16 @@ ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "p22_engine_goodput.py"
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location("p22_engine_goodput", TOOL)
+def _load(path: Path):
+    """The tool at ``path`` as a module (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _tool():
+    return _load(TOOL)
 
 
 def test_recorded_goodput_is_current():
@@ -45,10 +50,7 @@ SMALL = ROOT / "tools" / "p22_engine_small.py"
 
 
 def _small():
-    spec = importlib.util.spec_from_file_location("p22_engine_small", SMALL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _load(SMALL)
 
 
 def test_recorded_small_fleet_is_current():
