@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..serving.deadline import TimeLimit, time_limit
+from ..serving.deadline import TimeLimit, sigterm_deferred, sigterm_unwinds, time_limit
 from ..serving.engine import (
     ENGINE_VENV,
     ROOT,
@@ -80,19 +80,25 @@ def run_job(
         pfile, ofile, log = Path(tmp, "params.json"), Path(tmp, "out.json"), Path(tmp, "job.log")
         pfile.write_text(json.dumps(params))
         cmd = [str(py), "-m", "kvlab.measure.prefix.engine_jobs", job, str(pfile), str(ofile)]
-        with engine_lock(), open(log, "w") as logf:
-            proc = subprocess.Popen(
-                cmd,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=engine_env(model=params.get("model")),
-                cwd=str(ROOT),
-                start_new_session=True,  # its own process group: ended as one on failure
-            )
+        # sigterm_unwinds: a SIGTERM to this process (a recorder stopped from outside) unwinds
+        # through the except clause below, which stops the job's process group, instead of ending
+        # this process and leaving the job (in its own session) running
+        with sigterm_unwinds(), engine_lock(), open(log, "w") as logf:
+            proc = None
             try:
+                with sigterm_deferred():  # a SIGTERM while it starts is raised once proc is set
+                    proc = subprocess.Popen(
+                        cmd,
+                        stdout=logf,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        env=engine_env(model=params.get("model")),
+                        cwd=str(ROOT),
+                        start_new_session=True,  # its own process group: ended as one on failure
+                    )
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                assert proc is not None
                 kill_group(proc.pid, grace_s=JOB_STOP_GRACE_S)
                 proc.wait()
                 raise EngineError(
@@ -100,11 +106,13 @@ def run_job(
                     f"its log:\n{log_tail(log)}"
                 ) from None
             except BaseException:  # interrupted: never leave an engine behind
-                kill_group(proc.pid, grace_s=JOB_STOP_GRACE_S)
-                proc.wait()
+                if proc is not None:
+                    kill_group(proc.pid, grace_s=JOB_STOP_GRACE_S)
+                    proc.wait()
                 raise
             finally:
-                kill_group(proc.pid, grace_s=2.0)  # stray children of a finished job
+                if proc is not None:
+                    kill_group(proc.pid, grace_s=2.0)  # stray children of a finished job
         if rc != 0 or not ofile.exists():
             raise EngineError(
                 f"engine job {job!r} failed (exit code {rc}); last lines of its log:\n"

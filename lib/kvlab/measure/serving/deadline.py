@@ -62,3 +62,56 @@ def time_limit(limit_s: float | None, what: str = "the work") -> Iterator[None]:
         if outer_left > 0:  # the enclosing limit goes on (at once when it is already past)
             left = outer_left - (time.monotonic() - start)
             signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3))
+
+
+_held = {"depth": 0, "pending": False}
+
+
+class Terminated(SystemExit):
+    """This process was sent SIGTERM while :func:`sigterm_unwinds` was active (exit status 143)."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """Inside the block, SIGTERM raises :class:`Terminated` in the main thread instead of ending
+    the process on the spot, so the block's ``finally`` and ``except BaseException`` clauses run
+    and stop the processes it started in their own sessions (which a plain SIGTERM to this
+    process would leave running). Outside the main thread, or where SIGTERM is already handled
+    by Python code, nothing changes. The previous handler is put back on leaving."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGTERM)
+    if callable(before):  # someone's own handler: keep it
+        yield
+        return
+
+    def on_term(signum, frame):
+        if _held["depth"]:  # inside sigterm_deferred: raised when that block ends
+            _held["pending"] = True
+            return
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@contextlib.contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """Hold a SIGTERM that :func:`sigterm_unwinds` would raise until the block ends: around
+    starting a process and recording its id, so that a SIGTERM arriving in between cannot leave a
+    started process that nothing knows of. Blocks nest; the outermost raises on leaving."""
+    _held["depth"] += 1
+    try:
+        yield
+    finally:
+        _held["depth"] -= 1
+        if not _held["depth"] and _held["pending"]:
+            _held["pending"] = False
+            raise Terminated()

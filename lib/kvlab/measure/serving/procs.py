@@ -27,6 +27,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .deadline import sigterm_deferred, sigterm_unwinds
+
 _TCP_LISTEN = "0A"
 _PROTOCOLS = ("tcp", "tcp6", "udp", "udp6")
 
@@ -174,10 +176,20 @@ class Children:
         self.seen: set[int] = set()
 
     def __enter__(self) -> Children:
+        # a SIGTERM to this process unwinds through __exit__, which stops the children (each in
+        # its own session, so nothing else would)
+        self._term = sigterm_unwinds()
+        self._term.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.stop_all()
+        try:
+            self.stop_all()
+        finally:
+            term = getattr(self, "_term", None)
+            if term is not None:
+                self._term = None
+                term.__exit__(None, None, None)
         if exc is not None:
             # Let the caller (and a test) see which processes ran and that they are gone.
             with contextlib.suppress(AttributeError):
@@ -189,9 +201,10 @@ class Children:
         kwargs.setdefault("stdin", subprocess.PIPE)
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("text", True)
-        p = subprocess.Popen(list(argv), env=env, start_new_session=True, **kwargs)
-        self.procs.append(p)
-        self.seen.add(p.pid)
+        with sigterm_deferred():  # recorded before a SIGTERM can unwind past it
+            p = subprocess.Popen(list(argv), env=env, start_new_session=True, **kwargs)
+            self.procs.append(p)
+            self.seen.add(p.pid)
         return p
 
     def snapshot(self) -> list[int]:
