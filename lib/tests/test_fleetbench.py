@@ -421,3 +421,65 @@ def test_published_waiting_leaves_out_requests_that_came_during_the_step():
     e = SimpleNamespace(waiting=deque(SimpleNamespace(arrival_s=t) for t in (1.0, 2.0, 2.5, 3.2)))
     assert published_waiting(e, last_start=2.6) == 3  # 3.2 came after the step was scheduled
     assert published_waiting(e, last_start=0.5) == 0
+
+
+# --- the kernel scale and its fit on the light stages ----------------------------------------------
+
+
+def test_kernel_scale_multiplies_kernels_not_the_host():
+    from kvlab.engine_model import step_costs
+
+    one = step_costs("Qwen/Qwen3-32B", "H100-SXM", 2, step_overhead_s=0.002, host_s_per_seq=1e-4)
+    two = step_costs("Qwen/Qwen3-32B", "H100-SXM", 2, step_overhead_s=0.002, host_s_per_seq=1e-4,
+                     kernel_scale=2.0)  # fmt: skip
+    host = 0.002 + 1e-4 * (1 + 16)
+    a = one.step_s([(512, 1024)], decode_batch=16, decode_context_tokens=16 * 3000)
+    b = two.step_s([(512, 1024)], decode_batch=16, decode_context_tokens=16 * 3000)
+    assert b - host == pytest.approx(2 * (a - host))
+    ra, rb = one.decode_run_s(8, 8 * 2000, 5), two.decode_run_s(8, 8 * 2000, 5)
+    host_run = (0.002 + 1e-4 * 8) * np.arange(1, 6)
+    assert rb - host_run == pytest.approx(2 * (ra - host_run))
+    with pytest.raises(ValueError, match="kernel_scale"):
+        step_costs("Qwen/Qwen3-32B", "H100-SXM", 2, kernel_scale=0)
+
+
+def _light_spec(doc73):
+    spec = _tiny_spec(doc73)
+    spec["schedulers"] = {k: spec["schedulers"][k] for k in ("random-scheduling",
+                                                             "precise-scheduling")}  # fmt: skip
+    return parse_spec(spec)
+
+
+def test_fit_kernel_scale_recovers_a_known_scale(doc73):
+    from kvlab.fleetbench.calibrate import fit_kernel_scale, simulated_light_itl
+
+    spec = _light_spec(doc73)
+    truth = 1.3
+    rows = []
+    for name, cfg in spec.schedulers.items():
+        for seed in range(2):
+            for r in run_scheduler(spec.cluster, spec.workload, cfg, name=name, seed=seed,
+                                   kernel_scale=truth):  # fmt: skip
+                rows.append({**r, "scheduler": name, "seed": seed})
+    # the "measured" table: per rate and scheduler, the mean over the two seeds
+    measured = []
+    for q in (4, 8):
+        for name in spec.schedulers:
+            v = [r["itl_mean_s"] for r in rows if r["stage_qps"] == q and r["scheduler"] == name]
+            measured.append({"stage_qps": q, "scheduler": name, "itl_mean_s": np.mean(v)})
+    fit = fit_kernel_scale(spec, measured, qps=(4, 8), seeds=2)
+    assert fit.kernel_scale == pytest.approx(truth, rel=0.02)
+    assert fit.simulated_itl_s == pytest.approx(fit.measured_itl_s, rel=0.01)
+    assert simulated_light_itl(spec, 1.0, qps=(4, 8), seeds=2) < fit.measured_itl_s
+    with pytest.raises(ValueError, match="no stage of the workload runs at 5"):
+        fit_kernel_scale(spec, measured, qps=(5,), seeds=1)
+    with pytest.raises(ValueError, match="no itl_mean_s"):
+        fit_kernel_scale(spec, measured[:1], qps=(4, 8), seeds=1)
+
+
+def test_compare_gives_the_error_without_the_fitted_rates():
+    measured = [_meas(3, "a", 0.5, 1000), _meas(10, "a", 0.6, 2000), _meas(20, "a", 0.6, 3000)]
+    sim = [_sim(1, 3, "a", 0.4, 1000), _sim(2, 10, "a", 0.4, 2000), _sim(3, 20, "a", 0.4, 3600)]
+    res = compare(measured, sim, fit_qps=(3, 10))
+    assert res["output_tok_s_median_abs_err"] == pytest.approx(0.0)
+    assert res["output_tok_s_held_out_median_abs_err"] == pytest.approx(0.2)

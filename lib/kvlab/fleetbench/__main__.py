@@ -1,6 +1,6 @@
 """``python -m kvlab.fleetbench SPEC.yaml [--seeds N] [--out FILE.csv] [--jobs J]
-[--frontend-s S] [--host {silicon,none}]``: every scheduler of the spec over the whole workload,
-``N`` seeds (0 .. N-1); one CSV row per seed, scheduler and stage.
+[--frontend-s S] [--host {silicon,none}] [--kernel-scale X]``: every scheduler of the spec over
+the whole workload, ``N`` seeds (0 .. N-1); one CSV row per seed, scheduler and stage.
 
 ``--frontend-s``: the time a request spends outside the engine, added to TTFT; by default the one
 the engine model's validation sets on held-out H200 rows (:func:`kvlab.validate.silicon.knobs`),
@@ -8,7 +8,8 @@ never on the rows a spec is scored against. ``--host``: ``none`` (the default) p
 its kernels alone; ``silicon`` adds the host's time per step that
 :func:`kvlab.validate.silicon.host_for` fits on the single-replica vLLM runs of the cluster's
 model on H100 SXM (a different benchmark from any fleet's), where the sample has that model on
-that GPU, and none elsewhere."""
+that GPU, and none elsewhere. ``--kernel-scale``: the pods' kernel times over the database's (1
+by default; :mod:`kvlab.fleetbench.calibrate` fits it on a spec's light-load stages)."""
 
 from __future__ import annotations
 
@@ -22,22 +23,23 @@ from .fleet import METRICS, run_scheduler
 from .spec import load_spec
 
 COLUMNS = ("seed", "stage", "stage_qps", "scheduler", *METRICS, "tpot_mean_s", "preempted",
-           "duration_s", "frontend_s", "host_step_ms", "host_seq_us")  # fmt: skip
+           "duration_s", "frontend_s", "host_step_ms", "host_seq_us", "kernel_scale")  # fmt: skip
 
 
 def _one(args):
-    path, name, seed, frontend_s, (step_s, per_seq_s) = args
+    path, name, seed, frontend_s, (step_s, per_seq_s), scale = args
     spec = load_spec(path)
     t = time.perf_counter()
     rows = run_scheduler(spec.cluster, spec.workload, spec.schedulers[name], name=name, seed=seed,
                          frontend_s=frontend_s, step_overhead_s=step_s,
-                         host_s_per_seq=per_seq_s)  # fmt: skip
+                         host_s_per_seq=per_seq_s, kernel_scale=scale)  # fmt: skip
     for r in rows:
         r["scheduler"] = name
         r["seed"] = seed
         r["frontend_s"] = frontend_s
         r["host_step_ms"] = step_s * 1e3
         r["host_seq_us"] = per_seq_s * 1e6
+        r["kernel_scale"] = scale
     return rows, time.perf_counter() - t
 
 
@@ -70,11 +72,15 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--host", choices=("none", "silicon"), default="none",
                     help="the pods' host time per step: none, or fitted on single-replica runs")  # fmt: skip
+    ap.add_argument("--kernel-scale", type=float, default=1.0,
+                    help="the pods' kernel times over the database's (default 1)")  # fmt: skip
     a = ap.parse_args(argv)
     if a.seeds < 1:
         ap.error(f"--seeds must be at least 1, got {a.seeds}")
     if a.jobs < 1:
         ap.error(f"--jobs must be at least 1, got {a.jobs}")
+    if not 0.1 <= a.kernel_scale <= 10:
+        ap.error(f"--kernel-scale must be in [0.1, 10], got {a.kernel_scale}")
     try:
         spec = load_spec(a.spec)
     except ValueError as e:
@@ -91,7 +97,8 @@ def main(argv=None) -> int:
     host = host_term(spec.cluster) if a.host == "silicon" else (0.0, 0.0)
     print(f"host time per step = {host[0] * 1e3:.2f} ms + {host[1] * 1e6:.1f} us per request",
           file=sys.stderr)  # fmt: skip
-    jobs = [(a.spec, n, seed, frontend_s, host) for seed in range(a.seeds) for n in spec.schedulers]
+    jobs = [(a.spec, n, seed, frontend_s, host, a.kernel_scale) for seed in range(a.seeds)
+            for n in spec.schedulers]  # fmt: skip
     if a.jobs > 1:
         with ProcessPoolExecutor(a.jobs) as ex:
             results = list(ex.map(_one, jobs))
@@ -107,7 +114,7 @@ def main(argv=None) -> int:
     finally:
         if a.out:
             out.close()
-    for (_, name, seed, _, _), (_, secs) in zip(jobs, results, strict=True):
+    for (_, name, seed, *_), (_, secs) in zip(jobs, results, strict=True):
         print(f"seed {seed} {name}: {secs:.1f} s", file=sys.stderr)
     return 0
 

@@ -75,9 +75,11 @@ def simulated_by_rate(sim: list[dict]) -> dict:
     return out
 
 
-def compare(measured: list[dict], sim: list[dict]) -> dict:
+def compare(measured: list[dict], sim: list[dict], fit_qps=()) -> dict:
     """The side-by-side table (rows of measured and simulated mean, min, max over seeds) and the
-    criteria."""
+    criteria. ``fit_qps``: rates a calibration was fitted on
+    (:mod:`kvlab.fleetbench.calibrate`); the tokens/s error is then also given over the other
+    rates alone (``output_tok_s_held_out_*``)."""
     meas = {(_qps_key(r["stage_qps"]), r["scheduler"]): r for r in measured}
     simd = simulated_by_rate(sim)
     scheds = sorted({s for _, s in meas})
@@ -144,6 +146,13 @@ def compare(measured: list[dict], sim: list[dict]) -> dict:
         for s in scheds
         if (q, s) in by
     ]
+    fitted = {_qps_key(q) for q in fit_qps}
+    held = [
+        by[(q, s)]["output_tok_s_sim"] / by[(q, s)]["output_tok_s_measured"] - 1
+        for q in rates
+        for s in scheds
+        if (q, s) in by and q not in fitted
+    ]
     # 4. KV usage
     kv = {
         s: (by[("all", s)]["kv_usage_mean_measured"], by[("all", s)]["kv_usage_mean_sim"])
@@ -158,6 +167,10 @@ def compare(measured: list[dict], sim: list[dict]) -> dict:
         "first_past_10s": first,
         "output_tok_s_median_abs_err": float(np.median(errs)) if errs else math.nan,
         "output_tok_s_median_bias": float(np.median(bias)) if bias else math.nan,
+        "output_tok_s_held_out_median_abs_err": (
+            float(np.median(np.abs(held))) if held else math.nan
+        ),
+        "output_tok_s_held_out_median_bias": float(np.median(held)) if held else math.nan,
         "kv_usage_points": {s: 100 * (b - a) for s, (a, b) in kv.items()},
     }
 
@@ -197,8 +210,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kvlab.fleetbench.compare")
     ap.add_argument("sim")
     ap.add_argument("measured")
+    ap.add_argument("--fit-qps", default="", help="rates a calibration was fitted on, e.g. 3,10")
     a = ap.parse_args(argv)
-    res = compare(read_csv(a.measured), read_csv(a.sim))
+    fit_qps = [float(q) for q in a.fit_qps.split(",") if q.strip()]
+    res = compare(read_csv(a.measured), read_csv(a.sim), fit_qps=fit_qps)
     print(markdown(res))
     print()
     print(f"TTFT p90 order: {res['order_agree']} of {res['order_pairs']} pairs that differ >2x "
@@ -208,6 +223,10 @@ def main(argv=None) -> int:
               f"({'within one stage' if f['within_one'] else 'MISSED'})")  # fmt: skip
     print(f"output tok/s: median abs. error {100 * res['output_tok_s_median_abs_err']:.1f} %, "
           f"median bias {100 * res['output_tok_s_median_bias']:+.1f} %")  # fmt: skip
+    if fit_qps:
+        print(f"output tok/s without the fitted rates: median abs. error "
+              f"{100 * res['output_tok_s_held_out_median_abs_err']:.1f} %, median bias "
+              f"{100 * res['output_tok_s_held_out_median_bias']:+.1f} %")  # fmt: skip
     for s, d in res["kv_usage_points"].items():
         print(f"KV usage mean, {s}: sim - measured = {d:+.1f} points")
     return 0

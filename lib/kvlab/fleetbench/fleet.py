@@ -86,19 +86,22 @@ def run_scheduler(cluster: Cluster, workload: Workload, scheduler: dict, *, name
                   seed: int = 0, refresh_s: float = 0.05, chars_per_token: float = 4.0,
                   stages: int | None = None, frontend_s: float = 0.0,
                   sample_s: float = 0.5, step_overhead_s: float = 0.0,
-                  host_s_per_seq: float = 0.0) -> list[dict]:  # fmt: skip
+                  host_s_per_seq: float = 0.0, kernel_scale: float = 1.0) -> list[dict]:  # fmt: skip
     """Run the whole workload through ``cluster`` under the EPP configured by ``scheduler`` (an
     ``EndpointPickerConfig``); one dict per stage (``stage``, ``stage_qps`` and :data:`METRICS`).
     ``frontend_s``: the time a request spends outside the engine (HTTP, tokenisation, the first
     token's way back), added to its TTFT and its end; ``sample_s``: how often the pods' KV usage
     and waiting queue are sampled for the stage means; ``stages``: run only the first that many
     (tests); ``step_overhead_s`` and ``host_s_per_seq``: the engine's host time per step and per
-    request in a step (:class:`kvlab.validate.silicon.HostTerm`), zero unless given."""
+    request in a step (:class:`kvlab.validate.silicon.HostTerm`), zero unless given;
+    ``kernel_scale``: the pods' kernel times over the database's (1 unless given,
+    :func:`kvlab.fleetbench.calibrate.fit_kernel_scale`)."""
     check_number("refresh_s", refresh_s, lo=0, lo_open=True)
     check_number("frontend_s", frontend_s, lo=0)
     check_number("sample_s", sample_s, lo=0, lo_open=True)
     costs = step_costs(cluster.model, cluster.gpu, cluster.tp, cluster.precision,
-                       step_overhead_s=step_overhead_s, host_s_per_seq=host_s_per_seq)  # fmt: skip
+                       step_overhead_s=step_overhead_s, host_s_per_seq=host_s_per_seq,
+                       kernel_scale=kernel_scale)  # fmt: skip
     epp: EndpointPicker = parse_picker_config(
         name or "scheduler", scheduler, engine_block_size=cluster.block_size,
         chars_per_token=chars_per_token,
