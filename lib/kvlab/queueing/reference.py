@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import routing
 from ..fleet import _touch
-from .replica import _INF, _deepest, _match, _new_blocks, _Replica, _Sim
+from .replica import _INF, _deepest, _match, _Replica, _Sim, arrivals
 
 
 def run(w, paths, cost, cap, rec_cap, max_batch, chunk, prefill_only, nxt, think, fixed_t,
@@ -35,8 +35,7 @@ def run(w, paths, cost, cap, rec_cap, max_batch, chunk, prefill_only, nxt, think
     for r in range(R):
         ends.append(_INF)
         reps.append(_Replica(sim, r, t0))
-    signals = routing.SIGNALS[policy]
-    uses_cache = "matched_tokens" in signals
+    uses_cache = "matched_tokens" in routing.SIGNALS[policy]
     stale = view == "stale"
     # one record per router replica (each knows only what it routed), each per replica
     known_sets: list[list[OrderedDict]] = [
@@ -65,26 +64,7 @@ def run(w, paths, cost, cap, rec_cap, max_batch, chunk, prefill_only, nxt, think
     keys_moved = None
     ks_l, ns_l, mh_l, est_l, prompt_l = sim.ks, sim.ns, sim.mh, sim.est, sim.prompt
     pending = sim.pending
-    ptr, nf = 0, len(fixed_t)
-    while True:
-        tf = fixed_t[ptr] if ptr < nf else _INF
-        tp = pending[0][0] if pending else _INF
-        ta = tf if tf <= tp else tp
-        while True:  # every run of steps that ends before the next arrival
-            e = min(ends)
-            if e >= ta:
-                break
-            reps[ends.index(e)].step()
-            if pending and pending[0][0] < ta:
-                tp = ta = pending[0][0]
-        if ta == _INF:
-            break
-        if tf <= tp:
-            i = fixed_r[ptr]
-            ptr += 1
-        else:
-            i = heapq.heappop(pending)[1]
-        t = ta
+    for t, i in arrivals(fixed_t, fixed_r, pending, ends, reps):
         if i in retried:  # sent again after a failure: keeps its first arrival
             retried.discard(i)
         else:
@@ -123,41 +103,12 @@ def run(w, paths, cost, cap, rec_cap, max_batch, chunk, prefill_only, nxt, think
                 heapq.heappush(pending, (t, rid))
         key = keys[i]
         ks, ns, mh = ks_l[i], ns_l[i], mh_l[i]
-        if uses_cache:
-            if router_of is not None:  # the router replica that receives this request
-                known, known_used = known_sets[router_of[i]], used_sets[router_of[i]]
-                lknown = [known[j] for j in live]
-            src = lknown if stale else [rp.cache for rp in lreps]
-            m = [_match(od, ks, ns, mh) * sim.bs for od in src]
-            if policy == "cache_aware":
-                loads = (
-                    [rp.out_tokens for rp in lreps]
-                    if outstanding
-                    else [rp.assigned for rp in lreps]
-                )
-                r = live[router.choose(key, m, loads)]
-            elif policy == "sglang":
-                best = max(range(R), key=m.__getitem__)
-                tree = [known_used[j] for j in live] if stale else [rp.used for rp in lreps]
-                r = live[
-                    router.choose(
-                        key,
-                        m,
-                        [rp.n_sys for rp in lreps],
-                        prompt_l[i],
-                        [u * sim.bs for u in tree],
-                        _deepest(src[best], ks, ns),
-                    )
-                ]
-            else:  # dynamo
-                act = [(rp.active + _new_blocks(rp.inflight, ks, ns)) * sim.bs for rp in lreps]
-                r = live[router.choose(key, m, [rp.out_tokens for rp in lreps], prompt_l[i], act)]
-            if stale:
-                known_used[r] = _touch(known[r], ks, ns, known_used[r], rec_cap)
-        elif policy == "bounded_ring":
-            r = live[router.choose(key, None, [rp.n_sys for rp in lreps])]
-        else:
-            r = live[router.choose(key)]
+        if uses_cache and router_of is not None:  # the router replica that receives this request
+            known, known_used = known_sets[router_of[i]], used_sets[router_of[i]]
+            lknown = [known[j] for j in live]
+        src = (lknown if stale else [rp.cache for rp in lreps]) if uses_cache else None
+        r = route(router, policy, key, ks, ns, mh, prompt_l[i], sim.bs, live, lreps, src, stale,
+                  outstanding, known, known_used, rec_cap)  # fmt: skip
         rp = reps[r]
         if policy == "sticky":
             seen_keys[key] = None
@@ -183,6 +134,49 @@ def run(w, paths, cost, cap, rec_cap, max_batch, chunk, prefill_only, nxt, think
         keys_moved=keys_moved,
         router=router,
     )
+
+
+def route(router, policy, key, ks, ns, mh, prompt, bs, live, lreps, src, stale, outstanding,
+          known, known_used, rec_cap, match=_match, deepest=_deepest) -> int:  # fmt: skip
+    """The replica (an index into all replicas) that ``router`` picks for one request, with every
+    signal read now. The request: routing ``key``, cache path (``ks``, ``ns``: entry keys and
+    their blocks), ``mh`` blocks at most hit, ``prompt`` tokens; blocks of ``bs`` tokens.
+    ``live``: the replicas the router can choose (indices, in its order) and ``lreps`` their
+    objects, each with ``out_tokens`` and ``assigned`` (prefill tokens), ``n_sys`` (requests in
+    it), ``used`` (blocks cached) and ``active_blocks(ks, ns)`` (blocks held in flight, this
+    request's included). ``src``: per live replica, what the matches are read from (the router's
+    records if ``stale``, else the caches), through ``match(src, ks, ns, mh)`` (blocks) and
+    ``deepest(src, ks, ns)`` (the deepest entry matched). With ``stale``, the request is recorded
+    in ``known`` (per replica, all of them; ``known_used`` their sizes, capped at ``rec_cap``
+    blocks). Shared by the reference loop and :mod:`kvlab.queueing.engine_backend`."""
+    signals = routing.SIGNALS[policy]
+    if "matched_tokens" in signals:
+        m = [match(od, ks, ns, mh) * bs for od in src]
+        if policy == "cache_aware":
+            loads = [rp.out_tokens for rp in lreps] if outstanding else [rp.assigned for rp in lreps]
+            r = live[router.choose(key, m, loads)]
+        elif policy == "sglang":
+            best = max(range(len(m)), key=m.__getitem__)
+            tree = [known_used[j] for j in live] if stale else [rp.used for rp in lreps]
+            r = live[
+                router.choose(
+                    key,
+                    m,
+                    [rp.n_sys for rp in lreps],
+                    prompt,
+                    [u * bs for u in tree],
+                    deepest(src[best], ks, ns),
+                )
+            ]
+        else:  # dynamo
+            act = [rp.active_blocks(ks, ns) * bs for rp in lreps]
+            r = live[router.choose(key, m, [rp.out_tokens for rp in lreps], prompt, act)]
+        if stale:
+            known_used[r] = _touch(known[r], ks, ns, known_used[r], rec_cap)
+        return r
+    if policy == "bounded_ring":
+        return live[router.choose(key, None, [rp.n_sys for rp in lreps])]
+    return live[router.choose(key)]
 
 
 def _grow(router, policy, sticky, R, make_router):
