@@ -153,7 +153,9 @@ def route(router, policy, key, ks, ns, mh, prompt, bs, live, lreps, src, stale, 
     if "matched_tokens" in signals:
         m = [match(od, ks, ns, mh) * bs for od in src]
         if policy == "cache_aware":
-            loads = [rp.out_tokens for rp in lreps] if outstanding else [rp.assigned for rp in lreps]
+            loads = (
+                [rp.out_tokens for rp in lreps] if outstanding else [rp.assigned for rp in lreps]
+            )
             r = live[router.choose(key, m, loads)]
         elif policy == "sglang":
             best = max(range(len(m)), key=m.__getitem__)
