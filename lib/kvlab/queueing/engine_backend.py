@@ -26,7 +26,8 @@ What the engine model changes:
   :mod:`kvlab.pdsim.engine_backend` sets a colocated replica.
 * **Per request**: ``start_s`` is its admission (the start of its first scheduled step),
   ``hit_tokens`` the engine's prefix-cache hit at admission (whole blocks, never the last prompt
-  token), first token and finish the ends of the steps that sample them.
+  token), first token and finish the ends of the steps that sample them, ``output_tokens`` the
+  tokens the engine sampled for it (at least one: the first comes from the prefill).
 * **Signals**, from the engines (``view="exact"`` reads matches from the engines' pools by block
   keys; ``view="stale"`` from the router's own record, as the reference loop):
   ``out_tokens`` = prompt tokens still to compute for the requests without a first token (a
@@ -157,6 +158,7 @@ class _Fleet:
         self.first = [math.nan] * n
         self.finish = [math.nan] * n
         self.hit = [0] * n
+        self.generated = [0] * n  # output tokens each request received
         self.est = [0] * n  # prompt tokens to compute, as estimated at arrival
         self.ends: list[float] = []  # per replica: end of its step or run of steps (inf: idle)
         self.pending: list = []  # closed loop: heap of (arrival s, request id)
@@ -263,6 +265,7 @@ class _EngineReplica:
             self.prefill.pop(r.rid, None)
         for r in rec.finished:
             fleet.finish[r.rid] = t
+            fleet.generated[r.rid] = r.generated
             r.keys = ()  # its blocks are in the pool; the list is no longer needed
             _next_turn(fleet.pending, fleet.nxt, fleet.think, r.rid, t)
         self._schedule()
@@ -353,6 +356,7 @@ def run(w, paths, cal: EngineCalibration, tp: int, max_batch: int, chunk: int | 
         first=fleet.first,
         finish=fleet.finish,
         hit=fleet.hit,
+        output_tokens=fleet.generated,
         choice=choice,
         busy_s=np.array([rp.engine.busy_s for rp in reps]),
         prefill_busy_s=np.array([rp.prefill_busy_s for rp in reps]),

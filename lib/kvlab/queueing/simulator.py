@@ -234,9 +234,12 @@ def simulate(
                 f"warmup must leave requests before the last session starts at "
                 f"{fixed_t[-1]:.1f} s ({count_until} requests), got {warmup} requests"
             )
-    out_tokens = (
-        np.ones(n, dtype=np.int64) if prefill_only else np.asarray(w.output_tokens, dtype=np.int64)
-    )
+    if "output_tokens" in out:  # the engine's count
+        out_tokens = np.asarray(out["output_tokens"], dtype=np.int64)
+    elif prefill_only:
+        out_tokens = np.ones(n, dtype=np.int64)
+    else:
+        out_tokens = np.asarray(w.output_tokens, dtype=np.int64)
     return QueueResult(
         policy=policy,
         replicas=out["replicas"],
