@@ -189,11 +189,12 @@ class _EngineReplica:
     # -- the routers' signals ----------------------------------------------------------------------
     @property
     def out_tokens(self) -> int:
-        """Prompt tokens still to compute for the requests without a first token."""
+        """Prompt tokens still to compute (those of the step under way counted as done) for the
+        requests without a first token; one not yet admitted counts its estimate at arrival."""
         est = self.fleet.est
         x = 0
         for r in self.prefill.values():
-            x += r.num_tokens - r.num_computed if r.cached_tokens >= 0 else est[r.rid]
+            x += max(r.prompt_len - r.num_computed, 0) if r.cached_tokens >= 0 else est[r.rid]
         return x
 
     @property
