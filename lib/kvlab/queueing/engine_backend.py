@@ -8,7 +8,7 @@ from aiconfigurator's measured database (:class:`kvlab.engine_model.EngineCalibr
 What stays as in :mod:`kvlab.queueing` (its module docstring): the traffic (closed-loop
 :class:`~kvlab.queueing.ChatSessions`, whose next turn arrives a think time after the previous
 answer finishes; open-loop workloads and traces), the arrivals (:func:`.replica.arrivals`,
-:func:`.replica._next_turn`), the routers and their signals (:func:`.reference.route`, read at
+:func:`.replica._next_turn`), the routers and their signals (:func:`.dispatch.route`, read at
 each arrival) and the result (:class:`~kvlab.queueing.QueueResult`; TTFT = first token -
 arrival, TPOT = (finish - first token) / (output tokens - 1)).
 
@@ -58,7 +58,7 @@ from ..costs import BOOK_TP
 from ..engine_model import Engine, EngineCalibration, EngineConfig, Request, batch_defaults
 from ..engine_model.engine import DecodeRun, StepRecord
 from ..engine_model.kv_pool import KVPool
-from .reference import route
+from .dispatch import route
 from .replica import _INF, _deepest, _match, _next_turn, arrivals, split_paths
 
 

@@ -13,8 +13,8 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import routing
-from ..fleet import _touch
-from .replica import _INF, _deepest, _match, _Replica, _Sim, arrivals
+from .dispatch import route
+from .replica import _INF, _match, _Replica, _Sim, arrivals
 
 
 def run(w, paths, cost, cap, rec_cap, max_batch, chunk, prefill_only, nxt, think, fixed_t,
@@ -134,51 +134,6 @@ def run(w, paths, cost, cap, rec_cap, max_batch, chunk, prefill_only, nxt, think
         keys_moved=keys_moved,
         router=router,
     )
-
-
-def route(router, policy, key, ks, ns, mh, prompt, bs, live, lreps, src, stale, outstanding,
-          known, known_used, rec_cap, match=_match, deepest=_deepest) -> int:  # fmt: skip
-    """The replica (an index into all replicas) that ``router`` picks for one request, with every
-    signal read now. The request: routing ``key``, cache path (``ks``, ``ns``: entry keys and
-    their blocks), ``mh`` blocks at most hit, ``prompt`` tokens; blocks of ``bs`` tokens.
-    ``live``: the replicas the router can choose (indices, in its order) and ``lreps`` their
-    objects, each with ``out_tokens`` and ``assigned`` (prefill tokens), ``n_sys`` (requests in
-    it), ``used`` (blocks cached) and ``active_blocks(ks, ns)`` (blocks held in flight, this
-    request's included). ``src``: per live replica, what the matches are read from (the router's
-    records if ``stale``, else the caches), through ``match(src, ks, ns, mh)`` (blocks) and
-    ``deepest(src, ks, ns)`` (the deepest entry matched). With ``stale``, the request is recorded
-    in ``known`` (per replica, all of them; ``known_used`` their sizes, capped at ``rec_cap``
-    blocks). Shared by the reference loop and :mod:`kvlab.queueing.engine_backend`."""
-    signals = routing.SIGNALS[policy]
-    if "matched_tokens" in signals:
-        m = [match(od, ks, ns, mh) * bs for od in src]
-        if policy == "cache_aware":
-            loads = (
-                [rp.out_tokens for rp in lreps] if outstanding else [rp.assigned for rp in lreps]
-            )
-            r = live[router.choose(key, m, loads)]
-        elif policy == "sglang":
-            best = max(range(len(m)), key=m.__getitem__)
-            tree = [known_used[j] for j in live] if stale else [rp.used for rp in lreps]
-            r = live[
-                router.choose(
-                    key,
-                    m,
-                    [rp.n_sys for rp in lreps],
-                    prompt,
-                    [u * bs for u in tree],
-                    deepest(src[best], ks, ns),
-                )
-            ]
-        else:  # dynamo
-            act = [rp.active_blocks(ks, ns) * bs for rp in lreps]
-            r = live[router.choose(key, m, [rp.out_tokens for rp in lreps], prompt, act)]
-        if stale:
-            known_used[r] = _touch(known[r], ks, ns, known_used[r], rec_cap)
-        return r
-    if policy == "bounded_ring":
-        return live[router.choose(key, None, [rp.n_sys for rp in lreps])]
-    return live[router.choose(key)]
 
 
 def _grow(router, policy, sticky, R, make_router):

@@ -1,5 +1,6 @@
-"""One replica of the timed simulator (:class:`_Replica`: its queues, batch, cache and steps) and
-the state a run's replicas share (:class:`_Sim`)."""
+"""One replica of the timed simulator (:class:`_Replica`: its queues, batch, cache and steps), the
+state a run's replicas share (:class:`_Sim`), and what every loop's replicas share: the arrivals in
+time order (:func:`arrivals`) and a closed loop's next turn."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The timed simulator's run (:func:`simulate`): its arguments checked, the arrivals drawn, then
 the compiled loop (:mod:`~kvlab.queueing.fast`) when it covers the run, else the reference loop
-(:mod:`~kvlab.queueing.reference`), and the per-request result in arrival order."""
+(:mod:`~kvlab.queueing.reference`), or the engine-model loop
+(:mod:`~kvlab.queueing.engine_backend`) for an engine calibration, and the per-request result in
+arrival order."""
 
 from __future__ import annotations
 
