@@ -35,13 +35,17 @@ What the engine model changes:
   estimates, corrected to the real hit at admission; live requests = the engine's waiting and
   running ones (with those finishing in the step under way); SGLang's tree size = blocks cached in
   the pool; Dynamo's held tokens = blocks in use in the pool (each shared block once) plus this
-  request's blocks not among them, times ``block_size``.
-* ``busy_s``: the engine's time in steps; ``prefill_busy_s``: the time of steps that carried
-  prompt tokens (a mixed step counted whole).
+  request's blocks not among them, times ``block_size`` (a waiting request holds no block yet,
+  where the reference loop counts every request in the replica with its whole path).
+* ``busy_s`` (s): the engine's time in steps; ``prefill_busy_s`` (s): the time of steps that
+  carried prompt tokens (a mixed step counted whole). ``params`` adds ``tp``, ``num_blocks`` (per
+  replica), ``max_num_batched_tokens``, ``max_num_seqs`` and ``preemptions`` (per replica).
 
-Not supported here (:func:`check_supported` raises ``ValueError``): ``cache_tokens`` other than
-None (the prefix cache is the KV pool, sized from GPU memory by the calibration),
-``add_replica_at_s``, ``fail_replica_at_s``, ``router_replicas`` > 1 and ``prefill_only``.
+Not supported here (:func:`check_supported` raises ``ValueError`` naming the argument):
+``cache_tokens`` other than None (its default, 400,000 tokens, included: the prefix cache is the
+KV pool, sized from GPU memory by the calibration), ``add_replica_at_s``, ``fail_replica_at_s``,
+``router_replicas`` > 1 and ``prefill_only``. ``fleet_age_s`` (read only at a join) and
+``_reference`` have no effect.
 """
 
 from __future__ import annotations
