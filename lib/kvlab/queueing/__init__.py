@@ -79,10 +79,19 @@ failing (every comparison of routers in Problem 8) goes through a loop compiled 
 100,000 chat requests on 8 replicas take a fraction of a second, a few seconds on the reference
 (:func:`bench`).
 
+**On the engine model**: with an :class:`kvlab.engine_model.EngineCalibration` as ``cost``
+(``cache_tokens=None``), every replica is an engine-model engine of ``tp`` GPUs (vLLM v1's
+scheduling, its KV pool sized from GPU memory holding the prefix cache, step costs from
+aiconfigurator's measured database) under the same traffic and routers
+(:mod:`~kvlab.queueing.engine_backend`, whose docstring lists what changes and what it does not
+take).
+
 Modules: :mod:`~kvlab.queueing.traffic` (chat sessions, independent requests, arrival times),
-:mod:`~kvlab.queueing.replica` (one replica's queues, batch, cache and steps),
-:mod:`~kvlab.queueing.simulator` (the run: checks, then one of two loops, the result),
-:mod:`~kvlab.queueing.reference` (the reference loop and its routing),
+:mod:`~kvlab.queueing.replica` (one replica's queues, batch, cache and steps; the arrivals in time
+order), :mod:`~kvlab.queueing.dispatch` (one request's routing, shared by the loops),
+:mod:`~kvlab.queueing.simulator` (the run: checks, then one of three loops, the result),
+:mod:`~kvlab.queueing.reference` (the reference loop),
+:mod:`~kvlab.queueing.engine_backend` (the loop over engine-model engines),
 :mod:`~kvlab.queueing.fast` and :mod:`~kvlab.queueing.kernel` (the compiled loop: when it applies,
 its inputs; the loop), :mod:`~kvlab.queueing.result`,
 :mod:`~kvlab.queueing.compare` (routers over seeds, operations in time, :func:`bench`),

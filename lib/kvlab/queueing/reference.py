@@ -13,8 +13,8 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import routing
-from ..fleet import _touch
-from .replica import _INF, _deepest, _match, _new_blocks, _Replica, _Sim
+from .dispatch import route
+from .replica import _INF, _match, _Replica, _Sim, arrivals
 
 
 def run(w, paths, cost, cap, rec_cap, max_batch, chunk, prefill_only, nxt, think, fixed_t,
@@ -35,8 +35,7 @@ def run(w, paths, cost, cap, rec_cap, max_batch, chunk, prefill_only, nxt, think
     for r in range(R):
         ends.append(_INF)
         reps.append(_Replica(sim, r, t0))
-    signals = routing.SIGNALS[policy]
-    uses_cache = "matched_tokens" in signals
+    uses_cache = "matched_tokens" in routing.SIGNALS[policy]
     stale = view == "stale"
     # one record per router replica (each knows only what it routed), each per replica
     known_sets: list[list[OrderedDict]] = [
@@ -65,26 +64,7 @@ def run(w, paths, cost, cap, rec_cap, max_batch, chunk, prefill_only, nxt, think
     keys_moved = None
     ks_l, ns_l, mh_l, est_l, prompt_l = sim.ks, sim.ns, sim.mh, sim.est, sim.prompt
     pending = sim.pending
-    ptr, nf = 0, len(fixed_t)
-    while True:
-        tf = fixed_t[ptr] if ptr < nf else _INF
-        tp = pending[0][0] if pending else _INF
-        ta = tf if tf <= tp else tp
-        while True:  # every run of steps that ends before the next arrival
-            e = min(ends)
-            if e >= ta:
-                break
-            reps[ends.index(e)].step()
-            if pending and pending[0][0] < ta:
-                tp = ta = pending[0][0]
-        if ta == _INF:
-            break
-        if tf <= tp:
-            i = fixed_r[ptr]
-            ptr += 1
-        else:
-            i = heapq.heappop(pending)[1]
-        t = ta
+    for t, i in arrivals(fixed_t, fixed_r, pending, ends, reps):
         if i in retried:  # sent again after a failure: keeps its first arrival
             retried.discard(i)
         else:
@@ -123,41 +103,12 @@ def run(w, paths, cost, cap, rec_cap, max_batch, chunk, prefill_only, nxt, think
                 heapq.heappush(pending, (t, rid))
         key = keys[i]
         ks, ns, mh = ks_l[i], ns_l[i], mh_l[i]
-        if uses_cache:
-            if router_of is not None:  # the router replica that receives this request
-                known, known_used = known_sets[router_of[i]], used_sets[router_of[i]]
-                lknown = [known[j] for j in live]
-            src = lknown if stale else [rp.cache for rp in lreps]
-            m = [_match(od, ks, ns, mh) * sim.bs for od in src]
-            if policy == "cache_aware":
-                loads = (
-                    [rp.out_tokens for rp in lreps]
-                    if outstanding
-                    else [rp.assigned for rp in lreps]
-                )
-                r = live[router.choose(key, m, loads)]
-            elif policy == "sglang":
-                best = max(range(R), key=m.__getitem__)
-                tree = [known_used[j] for j in live] if stale else [rp.used for rp in lreps]
-                r = live[
-                    router.choose(
-                        key,
-                        m,
-                        [rp.n_sys for rp in lreps],
-                        prompt_l[i],
-                        [u * sim.bs for u in tree],
-                        _deepest(src[best], ks, ns),
-                    )
-                ]
-            else:  # dynamo
-                act = [(rp.active + _new_blocks(rp.inflight, ks, ns)) * sim.bs for rp in lreps]
-                r = live[router.choose(key, m, [rp.out_tokens for rp in lreps], prompt_l[i], act)]
-            if stale:
-                known_used[r] = _touch(known[r], ks, ns, known_used[r], rec_cap)
-        elif policy == "bounded_ring":
-            r = live[router.choose(key, None, [rp.n_sys for rp in lreps])]
-        else:
-            r = live[router.choose(key)]
+        if uses_cache and router_of is not None:  # the router replica that receives this request
+            known, known_used = known_sets[router_of[i]], used_sets[router_of[i]]
+            lknown = [known[j] for j in live]
+        src = (lknown if stale else [rp.cache for rp in lreps]) if uses_cache else None
+        r = route(router, policy, key, ks, ns, mh, prompt_l[i], sim.bs, live, lreps, src, stale,
+                  outstanding, known, known_used, rec_cap)  # fmt: skip
         rp = reps[r]
         if policy == "sticky":
             seen_keys[key] = None

@@ -1,5 +1,6 @@
-"""One replica of the timed simulator (:class:`_Replica`: its queues, batch, cache and steps) and
-the state a run's replicas share (:class:`_Sim`)."""
+"""One replica of the timed simulator (:class:`_Replica`: its queues, batch, cache and steps), the
+state a run's replicas share (:class:`_Sim`), and what every loop's replicas share: the arrivals in
+time order (:func:`arrivals`) and a closed loop's next turn."""
 
 from __future__ import annotations
 
@@ -118,6 +119,10 @@ class _Replica:
                 self.busy_s -= (self.seg_steps - k) * self.seg_d
                 self.seg_steps = k
                 self._set_end(self.seg_start + k * self.seg_d)
+
+    def active_blocks(self, ks, ns) -> int:
+        """Distinct blocks held by the requests in this replica and the path (ks, ns) together."""
+        return self.active + _new_blocks(self.inflight, ks, ns)
 
     def _run_s(self, steps: int) -> float:
         """Duration of the first ``steps`` steps of the current decode-only run (steps lengthen by
@@ -305,9 +310,7 @@ class _Replica:
             if not e[0]:
                 self.active -= e[1]
                 del fl[key]
-        nxt = sim.nxt[rid] if sim.nxt is not None else -1
-        if nxt >= 0:  # closed loop: the user reads the answer, thinks, sends the next turn
-            heapq.heappush(sim.pending, (t + sim.think[nxt], nxt))
+        _next_turn(sim.pending, sim.nxt, sim.think, rid, t)
 
     def _finish_segment(self, t: float) -> None:
         sim = self.sim
@@ -333,6 +336,45 @@ class _Replica:
     def _insert(self, rid: int) -> None:
         sim = self.sim
         self.used = _touch(self.cache, sim.ks[rid], sim.ns[rid], self.used, sim.cap)
+
+
+def arrivals(fixed_t, fixed_r, pending: list, ends: list, reps: list):
+    """Every arrival of a run in time order, as (time s, request id): the fixed arrivals
+    (``fixed_t`` with their requests ``fixed_r``, in order) merged with the heap ``pending`` of
+    (time, id) that finishing requests (closed loop) or the loop itself push onto. Before each
+    arrival, every run of steps that ends before it is taken: ``reps[j].step()`` for the replica
+    whose ``ends[j]`` (the end of its current run, inf when idle) is the earliest. The lists are
+    read afresh at each arrival (replicas may join, requests may be pushed meanwhile)."""
+    ptr, nf = 0, len(fixed_t)
+    while True:
+        tf = fixed_t[ptr] if ptr < nf else _INF
+        tp = pending[0][0] if pending else _INF
+        ta = tf if tf <= tp else tp
+        while True:  # every run of steps that ends before the next arrival
+            e = min(ends)
+            if e >= ta:
+                break
+            reps[ends.index(e)].step()
+            if pending and pending[0][0] < ta:
+                tp = ta = pending[0][0]
+        if ta == _INF:
+            return
+        if tf <= tp:
+            i = fixed_r[ptr]
+            ptr += 1
+        else:
+            i = heapq.heappop(pending)[1]
+        yield ta, i
+
+
+def _next_turn(pending: list, nxt, think, rid: int, t: float) -> None:
+    """Closed loop: request ``rid`` finished at ``t`` (s); the user reads the answer, thinks and
+    sends the next turn, pushed onto the heap ``pending`` as (arrival s, id). ``nxt``: each
+    request's next turn (-1: none; None: open loop); ``think``: each request's think time (s)."""
+    if nxt is not None:
+        j = nxt[rid]
+        if j >= 0:
+            heapq.heappush(pending, (t + think[j], j))
 
 
 def _match(od, ks, ns, mh) -> int:
@@ -369,16 +411,22 @@ def _deepest(od, ks, ns) -> object:
     return node
 
 
+def split_paths(paths, n: int) -> tuple[list[tuple], list[tuple]]:
+    """Each of the ``n`` requests' cache path: (its entry keys, the full blocks of each entry)."""
+    off = paths.offsets.tolist()
+    keys = paths.keys.tolist()
+    blks = paths.blocks.tolist()
+    ks = [tuple(keys[off[i] : off[i + 1]]) for i in range(n)]
+    ns = [tuple(blks[off[i] : off[i + 1]]) for i in range(n)]
+    return ks, ns
+
+
 class _Sim:
     """State shared by the replicas of one run (request arrays as lists, costs, event lists)."""
 
     def __init__(self, w, paths, cost, cap, max_batch, chunk, prefill_only):
         n = len(w)
-        off = paths.offsets.tolist()
-        keys = paths.keys.tolist()
-        blks = paths.blocks.tolist()
-        self.ks = [tuple(keys[off[i] : off[i + 1]]) for i in range(n)]
-        self.ns = [tuple(blks[off[i] : off[i + 1]]) for i in range(n)]
+        self.ks, self.ns = split_paths(paths, n)
         self.mh = paths.max_hit_blocks.tolist()
         self.bs = paths.block_size
         self.prompt = np.asarray(w.prompt_tokens, dtype=np.int64).tolist()

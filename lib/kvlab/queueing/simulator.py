@@ -1,6 +1,8 @@
 """The timed simulator's run (:func:`simulate`): its arguments checked, the arrivals drawn, then
 the compiled loop (:mod:`~kvlab.queueing.fast`) when it covers the run, else the reference loop
-(:mod:`~kvlab.queueing.reference`), and the per-request result in arrival order."""
+(:mod:`~kvlab.queueing.reference`), or the engine-model loop
+(:mod:`~kvlab.queueing.engine_backend`) for an engine calibration, and the per-request result in
+arrival order."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from .. import routing
 from .._validate import check_choice, check_int, non_negative, positive
 from ..assumptions import CostModel
 from ..costs import BOOK, as_costs
-from . import fast, reference
+from ..engine_model import EngineCalibration
+from . import engine_backend, fast, reference
 from .replica import _INF
 from .result import QueueResult
 from .traffic import _open_arrivals, _session_starts
@@ -27,7 +30,8 @@ def simulate(
     cache_tokens: int | None = 400_000,
     seed: int = 0,
     block_size: int = 16,
-    cost: CostModel | str = BOOK,
+    cost: CostModel | str | EngineCalibration = BOOK,
+    tp: int | None = None,
     max_batch: int = 256,
     chunk_tokens: int | None = None,
     prefill_only: bool = False,
@@ -85,10 +89,32 @@ def simulate(
     A run with no replica joining or failing runs on a compiled loop
     (:mod:`~kvlab.queueing.kernel`), the rest on the reference loop
     (:mod:`~kvlab.queueing.reference`); ``_reference=True`` forces the reference (same results).
+
+    With an :class:`kvlab.engine_model.EngineCalibration` as ``cost``, every replica is an
+    engine-model engine of ``tp`` GPUs (None: 8) instead (:mod:`kvlab.queueing.engine_backend`:
+    ``cache_tokens`` must then be None, the prefix cache being the engine's KV pool; no replica
+    joins or fails, one router replica, no ``prefill_only``). ``tp`` is for that case only.
     """
     check_choice("policy", policy, set(routing.ALL_POLICIES))
     R = check_int("replicas", replicas, lo=1, hi=4096)
     bs = check_int("block_size", block_size, lo=1, hi=1_000_000)
+    cal = cost if isinstance(cost, EngineCalibration) else None
+    if cal is not None:
+        tp = engine_backend.check_supported(
+            cal,
+            tp=tp,
+            block_size=bs,
+            cache_tokens=cache_tokens,
+            add_replica_at_s=add_replica_at_s,
+            fail_replica_at_s=fail_replica_at_s,
+            router_replicas=router_replicas,
+            prefill_only=prefill_only,
+        )
+    elif tp is not None:
+        raise ValueError(
+            f"tp is for an EngineCalibration only, got tp={tp!r} with cost={cost!r} (a cost model "
+            "is for its own TP: kvlab.costs.cost_model(..., tp=...))"
+        )
     cap = (1 << 62) if cache_tokens is None else check_int("cache_tokens", cache_tokens, lo=0) // bs
     rec_cap = (
         (1 << 62)
@@ -96,7 +122,8 @@ def simulate(
         else check_int("record_tokens", record_tokens, lo=0) // bs
     )
     seed = check_int("seed", seed, lo=0)
-    cost = as_costs(cost)  # a calibration's name, or a cost model
+    if cal is None:
+        cost = as_costs(cost)  # a calibration's name, or a cost model
     max_batch = check_int("max_batch", max_batch, lo=1, hi=1_000_000)
     chunk = None if chunk_tokens is None else check_int("chunk_tokens", chunk_tokens, lo=1)
     eps = non_negative("epsilon", epsilon)
@@ -170,7 +197,12 @@ def simulate(
     router = make_router(R)
     t0 = float(fixed_t[0])
     out = None
-    if not _reference and fast.covers(add_replica_at_s, fail_replica_at_s):
+    if cal is not None:
+        out = engine_backend.run(w, paths, cal, tp, max_batch, chunk, nxt, think, fixed_t, fixed_r,
+                                 policy, R, router, view, load, rec_cap)  # fmt: skip
+        out.update(online_s=np.full(R, t0), replicas=R, retried=0, resent=None,
+                   keys_moved=None, router=router)  # fmt: skip
+    elif not _reference and fast.covers(add_replica_at_s, fail_replica_at_s):
         out = fast.run(w, paths, router, policy, R, fixed_t, fixed_r, nxt, think, cost, cap,
                        rec_cap, max_batch, chunk, prefill_only, view, load, eps, lam, slack,
                        seed, n_routers)  # fmt: skip
@@ -204,9 +236,12 @@ def simulate(
                 f"warmup must leave requests before the last session starts at "
                 f"{fixed_t[-1]:.1f} s ({count_until} requests), got {warmup} requests"
             )
-    out_tokens = (
-        np.ones(n, dtype=np.int64) if prefill_only else np.asarray(w.output_tokens, dtype=np.int64)
-    )
+    if "output_tokens" in out:  # the engine's count
+        out_tokens = np.asarray(out["output_tokens"], dtype=np.int64)
+    elif prefill_only:
+        out_tokens = np.ones(n, dtype=np.int64)
+    else:
+        out_tokens = np.asarray(w.output_tokens, dtype=np.int64)
     return QueueResult(
         policy=policy,
         replicas=out["replicas"],
@@ -252,6 +287,7 @@ def simulate(
             warmup_s=warmup_s,
             cost=cost,
             router=router,
+            **out.get("params", {}),
         ),
         predecessor=predecessor,
         count_until=count_until,
