@@ -13,7 +13,7 @@ database) of Llama-3.1-70B on 8 H100 SXM GPUs, the chapter's replica, in three c
   (``gpu_memory_utilization`` solved for it), running requests included: the chapter's tight case
   (a 50,000-token cache) in the only form an engine has, a small pool, with the two guards' exact
   views beside their stale ones as in the chapter;
-* ``high``: twice the chapter's rate, the roomy pool.
+* ``high``: twice the chapter's rate, the roomy pool (6,000 requests per seed, as the chapter).
 
 Writes ``data/engine/p08-routers.json`` (every metric of :data:`kvlab.queueing.METRICS` per case,
 rule and seed; the command, the time it took and a key of the code and settings,
@@ -36,8 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "data" / "engine" / "p08-routers.json"
 #: seeds of every case (the chapter uses 8 on its own model; the engine model is slower)
 SEEDS = (0, 1, 2, 3)
-#: requests per seed and warm-up (s), as the chapter's N and WARM_S
+#: requests per seed and warm-up (s), as the chapter's N and WARM_S (its high case sends 6,000)
 REQUESTS, WARMUP_S = 4_000, 100.0
+HIGH_REQUESTS = 6_000
 #: the tight case's KV pool per replica (tokens, running requests included)
 TIGHT_POOL_TOKENS = 200_000
 #: the code whose change makes the recorded runs stale
@@ -63,8 +64,8 @@ def cache_key() -> str:
     for rel in SOURCES:
         h.update(rel.encode())
         h.update((ROOT / rel).read_bytes())
-    settings = {"seeds": SEEDS, "requests": REQUESTS, "warmup_s": WARMUP_S,
-                "tight": TIGHT_POOL_TOKENS}  # fmt: skip
+    settings = {"seeds": SEEDS, "requests": REQUESTS, "high_requests": HIGH_REQUESTS,
+                "warmup_s": WARMUP_S, "tight": TIGHT_POOL_TOKENS}  # fmt: skip
     h.update(json.dumps(settings, sort_keys=True).encode())
     return h.hexdigest()
 
@@ -85,7 +86,8 @@ def tight_utilisation(tp: int = 8) -> float:
 
 
 def cases() -> dict:
-    """case -> (rate (requests/s), gpu_memory_utilization, {rule: simulate() keywords})."""
+    """case -> (rate (requests/s), gpu_memory_utilization, {rule: simulate() keywords},
+    requests per seed)."""
     from kvlab import queueing
     from kvlab.assumptions import P8
 
@@ -95,21 +97,21 @@ def cases() -> dict:
     for k in ("guard_cumulative", "guard_live"):
         tight_rules[f"{k}/exact"] = dict(rules[k], view="exact")
     return {
-        "roomy": (rate, 0.9, rules),
-        "tight": (rate, tight_utilisation(), tight_rules),
-        "high": (2 * rate, 0.9, rules),
+        "roomy": (rate, 0.9, rules, REQUESTS),
+        "tight": (rate, tight_utilisation(), tight_rules, REQUESTS),
+        "high": (2 * rate, 0.9, rules, HIGH_REQUESTS),
     }
 
 
 def _one(job):
-    case, rule, kw, rate, util, seed = job
+    case, rule, kw, rate, util, requests, seed = job
     from kvlab import queueing
     from kvlab.assumptions import P8
     from kvlab.engine_model import EngineCalibration
 
     cal = EngineCalibration(gpu_memory_utilization=util)
     t = time.perf_counter()
-    res = queueing.compare({rule: kw}, rate_rps=rate, requests=REQUESTS, warmup_s=WARMUP_S,
+    res = queueing.compare({rule: kw}, rate_rps=rate, requests=requests, warmup_s=WARMUP_S,
                            seeds=[seed], cost=cal, cache_tokens=None,
                            replicas=P8.replicas)  # fmt: skip
     vals = {m: float(s.values[0]) for m, s in res[rule].items()}
@@ -125,7 +127,7 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     spec = cases()
-    jobs = [(c, rule, kw, rate, util, seed) for c, (rate, util, rules) in spec.items()
+    jobs = [(c, rule, kw, rate, util, n, seed) for c, (rate, util, rules, n) in spec.items()
             for rule, kw in rules.items() for seed in SEEDS]  # fmt: skip
     with ProcessPoolExecutor(args.processes) as ex:
         done = list(ex.map(_one, jobs))
@@ -147,11 +149,12 @@ def main(argv=None) -> int:
         "cases": {
             c: {
                 "rate_rps": rate,
+                "requests": n,
                 "gpu_memory_utilization": util,
                 "pool_tokens": EngineCalibration(gpu_memory_utilization=util).num_blocks(8) * 16,
                 "rules": out[c],
             }
-            for c, (rate, util, _) in spec.items()
+            for c, (rate, util, _, n) in spec.items()
         },
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)
