@@ -393,18 +393,20 @@ def test_compare_criteria_by_hand():
 
 RECORDED = SPEC_73.parent / "73-capacity-sim.csv"
 RECORDED_HOST = SPEC_73.parent / "73-capacity-sim-host.csv"
+RECORDED_SCALED = SPEC_73.parent / "73-capacity-sim-scaled.csv"
 
 
 @pytest.mark.parametrize(
     ("path", "name", "stages"),
     [(RECORDED, "precise-scheduling", 3), (RECORDED, "load-scheduling", 2),
-     (RECORDED_HOST, "estimated-scheduling", 2)],
+     (RECORDED_HOST, "estimated-scheduling", 2), (RECORDED_SCALED, "random-scheduling", 2)],
 )  # fmt: skip
 def test_recorded_simulation_is_what_the_code_gives(path, name, stages):
     rec = [r for r in read_csv(path) if r["scheduler"] == name and r["seed"] == "0"]
     spec = load_spec(SPEC_73)
     host = {"step_overhead_s": float(rec[0].get("host_step_ms") or 0) / 1e3,
-            "host_s_per_seq": float(rec[0].get("host_seq_us") or 0) / 1e6}  # fmt: skip
+            "host_s_per_seq": float(rec[0].get("host_seq_us") or 0) / 1e6,
+            "kernel_scale": float(rec[0].get("kernel_scale") or 1)}  # fmt: skip
     rows = run_scheduler(spec.cluster, spec.workload, spec.schedulers[name], seed=0,
                          stages=stages, frontend_s=float(rec[0]["frontend_s"]), **host)  # fmt: skip
     for got, want in zip(rows, rec[:stages], strict=False):
