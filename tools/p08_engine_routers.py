@@ -11,8 +11,8 @@ database) of Llama-3.1-70B on 8 H100 SXM GPUs, the chapter's replica, in three c
 * ``roomy``: the chapter's rate; the pool that memory gives (``gpu_memory_utilization`` 0.9);
 * ``tight``: the same rate with a pool of :data:`TIGHT_POOL_TOKENS` tokens per replica
   (``gpu_memory_utilization`` solved for it), running requests included: the chapter's tight case
-  (a 50,000-token cache) in the only form an engine has, a small pool, with the two guards' exact
-  views beside their stale ones as in the chapter;
+  (a 50,000-token cache) in the only form an engine has, a small pool holding the cache and the
+  running requests' KV, with the two guards' exact views beside their stale ones as in the chapter;
 * ``high``: twice the chapter's rate, the roomy pool (6,000 requests per seed, as the chapter).
 
 Writes ``data/engine/p08-routers.json`` (every metric of :data:`kvlab.queueing.METRICS` per case,
@@ -40,7 +40,7 @@ SEEDS = (0, 1, 2, 3)
 REQUESTS, WARMUP_S = 4_000, 100.0
 HIGH_REQUESTS = 6_000
 #: the tight case's KV pool per replica (tokens, running requests included)
-TIGHT_POOL_TOKENS = 200_000
+TIGHT_POOL_TOKENS = 60_000
 #: the code whose change makes the recorded runs stale
 SOURCES = (
     "tools/p08_engine_routers.py",
