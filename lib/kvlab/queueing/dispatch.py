@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 from .. import routing
 from ..fleet import _touch
@@ -15,7 +16,7 @@ from .replica import _deepest, _match
 
 
 def route(
-    router: routing.Router,
+    router: Any,  # a kvlab.routing router of ``policy`` (their choose() signatures differ)
     policy: str,
     key: Hashable,
     ks: Sequence[Hashable],
@@ -47,6 +48,7 @@ def route(
     blocks)."""
     signals = routing.SIGNALS[policy]
     if "matched_tokens" in signals:
+        assert src is not None, "a policy that reads matches needs src"
         m = [match(od, ks, ns, mh) * bs for od in src]
         if policy == "cache_aware":
             loads = (

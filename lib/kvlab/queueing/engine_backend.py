@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -64,6 +65,11 @@ from ..engine_model.engine import DecodeRun, StepRecord
 from ..engine_model.kv_pool import KVPool
 from .dispatch import route
 from .replica import _INF, _deepest, _match, _next_turn, arrivals, split_paths
+
+
+def _rid(r: Request) -> int:
+    """A request's id: its index in the run (the engine types ids as any hashable)."""
+    return cast(int, r.rid)
 
 
 def check_supported(
@@ -198,7 +204,7 @@ class _EngineReplica:
         est = self.fleet.est
         x = 0
         for r in self.prefill.values():
-            x += max(r.prompt_len - r.num_computed, 0) if r.cached_tokens >= 0 else est[r.rid]
+            x += max(r.prompt_len - r.num_computed, 0) if r.cached_tokens >= 0 else est[_rid(r)]
         return x
 
     @property
@@ -235,7 +241,7 @@ class _EngineReplica:
     def add(self, req: Request, est: int, t: float) -> None:
         """``req`` arrives at ``t`` (s) with ``est`` prompt tokens to compute as estimated now
         (every step or run ending before ``t`` is done)."""
-        self.prefill[req.rid] = req
+        self.prefill[_rid(req)] = req
         self.unstarted.append(req)
         self.assigned += est
         e = self.engine
@@ -261,18 +267,19 @@ class _EngineReplica:
             rec = self.engine.apply_run(self.plan)
             self.plan = None
         else:
+            assert self.rec is not None, "step() with no step under way"
             rec = self.rec
             self.rec = None
         fleet = self.fleet
         t = rec.end_s
         for r in rec.first:
-            fleet.first[r.rid] = t
-            self.prefill.pop(r.rid, None)
+            fleet.first[_rid(r)] = t
+            self.prefill.pop(_rid(r), None)
         for r in rec.finished:
-            fleet.finish[r.rid] = t
-            fleet.generated[r.rid] = r.generated
+            fleet.finish[_rid(r)] = t
+            fleet.generated[_rid(r)] = r.generated
             r.keys = ()  # its blocks are in the pool; the list is no longer needed
-            _next_turn(fleet.pending, fleet.nxt, fleet.think, r.rid, t)
+            _next_turn(fleet.pending, fleet.nxt, fleet.think, _rid(r), t)
         self._schedule()
 
     def _schedule(self) -> None:
@@ -293,9 +300,9 @@ class _EngineReplica:
         fleet, u = self.fleet, self.unstarted
         while u and u[0].cached_tokens >= 0:  # admitted in arrival order
             r = u.popleft()
-            fleet.start[r.rid] = rec.start_s
-            fleet.hit[r.rid] = r.cached_tokens
-            self.assigned += r.prompt_len - r.cached_tokens - fleet.est[r.rid]
+            fleet.start[_rid(r)] = rec.start_s
+            fleet.hit[_rid(r)] = r.cached_tokens
+            self.assigned += r.prompt_len - r.cached_tokens - fleet.est[_rid(r)]
         self.rec = rec
         self._set_end(rec.end_s)
 

@@ -122,7 +122,7 @@ def simulate(
         else check_int("record_tokens", record_tokens, lo=0) // bs
     )
     seed = check_int("seed", seed, lo=0)
-    if cal is None:
+    if not isinstance(cost, EngineCalibration):
         cost = as_costs(cost)  # a calibration's name, or a cost model
     max_batch = check_int("max_batch", max_batch, lo=1, hi=1_000_000)
     chunk = None if chunk_tokens is None else check_int("chunk_tokens", chunk_tokens, lo=1)
@@ -198,6 +198,7 @@ def simulate(
     t0 = float(fixed_t[0])
     out = None
     if cal is not None:
+        assert tp is not None  # check_supported gave it
         out = engine_backend.run(w, paths, cal, tp, max_batch, chunk, nxt, think, fixed_t, fixed_r,
                                  policy, R, router, view, load, rec_cap)  # fmt: skip
         out.update(online_s=np.full(R, t0), replicas=R, retried=0, resent=None,

@@ -188,7 +188,7 @@ class Children:
         finally:
             term = getattr(self, "_term", None)
             if term is not None:
-                self._term = None
+                self._term = None  # type: ignore[assignment]
                 term.__exit__(None, None, None)
         if exc is not None:
             # Let the caller (and a test) see which processes ran and that they are gone.
