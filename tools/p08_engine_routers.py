@@ -16,8 +16,8 @@ database) of Llama-3.1-70B on 8 H100 SXM GPUs, the chapter's replica, in three c
 * ``high``: twice the chapter's rate, the roomy pool (6,000 requests per seed, as the chapter).
 
 Writes ``data/engine/p08-routers.json`` (every metric of :data:`kvlab.queueing.METRICS` per case,
-rule and seed; the command, the time it took and a key of the code and settings,
-:func:`cache_key`); ``p08-07-queues-and-latency`` reads it and ``lib/tests/test_p08_engine_routers.py``
+rule and seed, and the engines' preemptions per request sent; the command, the time it took and a
+key of the code and settings, :func:`cache_key`); ``p08-07-queues-and-latency`` reads it and ``lib/tests/test_p08_engine_routers.py``
 fails when the key is stale. It takes tens of minutes on two cores.
 """
 
@@ -108,13 +108,16 @@ def _one(job):
     from kvlab import queueing
     from kvlab.assumptions import P8
     from kvlab.engine_model import EngineCalibration
+    from kvlab.queueing.compare import _metrics
 
     cal = EngineCalibration(gpu_memory_utilization=util)
     t = time.perf_counter()
-    res = queueing.compare({rule: kw}, rate_rps=rate, requests=requests, warmup_s=WARMUP_S,
-                           seeds=[seed], cost=cal, cache_tokens=None,
-                           replicas=P8.replicas)  # fmt: skip
-    vals = {m: float(s.values[0]) for m, s in res[rule].items()}
+    # as queueing.compare runs one rule and seed, keeping the engines' preemption counts too
+    w = queueing.ChatSessions(requests=requests, seed=seed)
+    r = queueing.simulate(w, rate_rps=rate, seed=seed, warmup_s=WARMUP_S, paths=w.paths(16),
+                          cost=cal, cache_tokens=None, replicas=P8.replicas, **kw)  # fmt: skip
+    vals = {m: float(v) for m, v in _metrics(r).items()}
+    vals["preempted_per_request"] = sum(r.params["preemptions"]) / requests
     return case, rule, seed, vals, time.perf_counter() - t
 
 
