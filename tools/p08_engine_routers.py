@@ -15,6 +15,9 @@ database) of Llama-3.1-70B on 8 H100 SXM GPUs, the chapter's replica, in three c
   running requests' KV, with the two guards' exact views beside their stale ones as in the chapter;
 * ``high``: twice the chapter's rate, the roomy pool (6,000 requests per seed, as the chapter).
 
+Every case also runs ``dynamo/w16``: Dynamo's cost with its overlap weight raised to 16, the rule
+the Problem 8 card names for a working set beyond the pools (``p08-04-worked-answer``, section 5b).
+
 Writes ``data/engine/p08-routers.json`` (every metric of :data:`kvlab.queueing.METRICS` per case,
 rule and seed, and the engines' preemptions per request sent; the command, the time it took and a
 key of the code and settings, :func:`cache_key`); ``p08-07-queues-and-latency`` reads it and ``lib/tests/test_p08_engine_routers.py``
@@ -93,6 +96,8 @@ def cases() -> dict:
 
     rate = float(P8.rate_rps)
     rules = dict(queueing.ROUTERS)
+    # the card's rule for a working set beyond the pools: Dynamo's cost, overlap weight raised
+    rules["dynamo/w16"] = dict(queueing.ROUTERS["dynamo"], overlap_weight=16.0)
     tight_rules = dict(rules)
     for k in ("guard_cumulative", "guard_live"):
         tight_rules[f"{k}/exact"] = dict(rules[k], view="exact")
