@@ -430,19 +430,23 @@ def test_published_waiting_leaves_out_requests_that_came_during_the_step():
 
 def test_kernel_scale_multiplies_kernels_not_the_host():
     from kvlab.engine_model import step_costs
+    from kvlab.fleetbench.fleet import ScaledStepCosts
 
     one = step_costs("Qwen/Qwen3-32B", "H100-SXM", 2, step_overhead_s=0.002, host_s_per_seq=1e-4)
-    two = step_costs("Qwen/Qwen3-32B", "H100-SXM", 2, step_overhead_s=0.002, host_s_per_seq=1e-4,
-                     kernel_scale=2.0)  # fmt: skip
+    two = ScaledStepCosts.of(one, 2.0)
     host = 0.002 + 1e-4 * (1 + 16)
     a = one.step_s([(512, 1024)], decode_batch=16, decode_context_tokens=16 * 3000)
     b = two.step_s([(512, 1024)], decode_batch=16, decode_context_tokens=16 * 3000)
     assert b - host == pytest.approx(2 * (a - host))
+    assert two.step_s() == 0.0
     ra, rb = one.decode_run_s(8, 8 * 2000, 5), two.decode_run_s(8, 8 * 2000, 5)
     host_run = (0.002 + 1e-4 * 8) * np.arange(1, 6)
     assert rb - host_run == pytest.approx(2 * (ra - host_run))
+    assert ScaledStepCosts.of(one, 1.0).step_s([(512, 0)]) == one.step_s([(512, 0)])
+    spec = parse_spec(_tiny_spec(yaml.safe_load(SPEC_73.read_text())))
     with pytest.raises(ValueError, match="kernel_scale"):
-        step_costs("Qwen/Qwen3-32B", "H100-SXM", 2, kernel_scale=0)
+        run_scheduler(spec.cluster, spec.workload, spec.schedulers["random-scheduling"],
+                      kernel_scale=0)  # fmt: skip
 
 
 def _light_spec(doc73):

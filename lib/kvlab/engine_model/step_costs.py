@@ -18,10 +18,7 @@ database for four tables per model, GPU, TP and precision and writes
 * the host's share of a step that no kernel time contains: ``step_overhead_s`` per step
   (scheduling, launches) plus ``host_s_per_seq`` per request in the step (its input preparation,
   sampling, detokenising and streaming its token out); stated knobs, zero unless given
-  (:mod:`kvlab.validate.silicon` sets them on held-out measured rows);
-* ``kernel_scale``: every kernel time above (not the host's share) multiplied by this stated
-  factor, 1 unless given: a serving release or deployment whose kernels run slower or faster
-  than the database's (:mod:`kvlab.fleetbench.calibrate` fits it on a fleet's light-load stages).
+  (:mod:`kvlab.validate.silicon` sets them on held-out measured rows).
 
 Tables are interpolated linearly (bilinearly for the 2-D ones) and extended past their last point
 along their last segment; attention past the longest tabulated prompt grows with the square of
@@ -93,7 +90,6 @@ class StepCosts:
     database_version: str
     _t: dict
     host_s_per_seq: float = 0.0
-    kernel_scale: float = 1.0
 
     # --- the parts -------------------------------------------------------------------------------
 
@@ -152,7 +148,7 @@ class StepCosts:
             shared = self.shared_s(decode_batch, decode_only=True)
         dec = self.decode_attention_s(decode_batch, mean_ctx)
         host = self.step_overhead_s + self.host_s_per_seq * (len(chunks) + decode_batch)
-        return self.kernel_scale * (shared + attn + dec) + host
+        return shared + attn + dec + host
 
     def decode_run_s(self, batch: int, context_tokens: float, steps: int) -> np.ndarray:
         """End times (seconds from the first step's start) of ``steps`` decode-only steps of
@@ -177,7 +173,7 @@ class StepCosts:
             slope = (along[1] - along[0]) / (cs[1] - cs[0])
             att[lo] = along[0] + slope * (ctx[lo] - cs[0])
         host = self.step_overhead_s + self.host_s_per_seq * batch
-        per_step = self.kernel_scale * (shared + np.maximum(att, 0.0) / 1e3) + host
+        per_step = shared + np.maximum(att, 0.0) / 1e3 + host
         return np.cumsum(per_step)
 
 
@@ -189,7 +185,6 @@ def step_costs(
     *,
     step_overhead_s: float = 0.0,
     host_s_per_seq: float = 0.0,
-    kernel_scale: float = 1.0,
 ) -> StepCosts:
     """The :class:`StepCosts` of ``model`` (a model id the tables cover, e.g.
     ``"Qwen/Qwen3-32B"``) on ``tp`` GPUs of type ``gpu`` in ``precision``."""
@@ -200,7 +195,6 @@ def step_costs(
         raise ValueError(f"tp must be one of {list(TPS)}, got {tp!r}")
     check_number("step_overhead_s", step_overhead_s, lo=0)
     check_number("host_s_per_seq", host_s_per_seq, lo=0)
-    check_number("kernel_scale", kernel_scale, lo=0.1, hi=10)
     doc = tables_doc()
     key = f"{spec.name}|{gpu}|{tp}|{precision}"
     t = doc["tables"].get(key)
@@ -211,5 +205,4 @@ def step_costs(
             f"precision={precision!r}: {why}"
         )
     return StepCosts(spec, gpu, int(tp), precision, float(step_overhead_s),
-                     t["database_version"], t, float(host_s_per_seq),
-                     float(kernel_scale))  # fmt: skip
+                     t["database_version"], t, float(host_s_per_seq))  # fmt: skip

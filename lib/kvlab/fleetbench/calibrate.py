@@ -11,7 +11,7 @@ leaves every other stage to score the simulator:
   eight pods): nothing queues, every scheduler serves the same requests at nearly the same time
   per token, and the measured ITL mean (inference-perf's, about half the time per output token,
   :mod:`kvlab.fleetbench.fleet`) is the pods' decode step time;
-* **one number**, :attr:`kvlab.engine_model.StepCosts.kernel_scale` (every kernel time multiplied
+* **one number**, :attr:`kvlab.fleetbench.fleet.ScaledStepCosts.kernel_scale` (every kernel time multiplied
   by it, the host's share left as fitted), chosen so that the simulated ITL mean over those
   stages, every scheduler of the spec and ``seeds`` seeds equals the measured mean over the same
   rows. The simulated ITL grows almost linearly with the scale (the host's share is fixed), so a

@@ -29,6 +29,7 @@ Per stage, as inference-perf's report computes them (``reportgen/base.py`` L122-
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validate import check_int, check_number
-from ..engine_model import Engine, EngineConfig, Request, step_costs
+from ..engine_model import Engine, EngineConfig, Request, StepCosts, step_costs
 from .epp import EndpointPicker, KVEventIndex, PodView, PromptInfo, parse_picker_config
 from .workload import Workload, block_keys
 
@@ -82,6 +83,36 @@ class _Sent:
     req: Request
 
 
+@dataclasses.dataclass(frozen=True)
+class ScaledStepCosts(StepCosts):
+    """:class:`kvlab.engine_model.StepCosts` whose kernel times are multiplied by
+    ``kernel_scale`` (the host's share, ``step_overhead_s`` + ``host_s_per_seq`` per request,
+    kept as it is): pods whose kernels run slower (> 1) or faster than the database's
+    (:func:`kvlab.fleetbench.calibrate.fit_kernel_scale`)."""
+
+    kernel_scale: float = 1.0
+
+    @classmethod
+    def of(cls, costs: StepCosts, kernel_scale: float) -> ScaledStepCosts:
+        fields = {f.name: getattr(costs, f.name) for f in dataclasses.fields(StepCosts)}
+        return cls(**fields, kernel_scale=float(kernel_scale))
+
+    def _host_s(self, requests: float) -> float:
+        return self.step_overhead_s + self.host_s_per_seq * requests
+
+    def step_s(self, chunks=(), decode_batch: int = 0, decode_context_tokens: float = 0.0) -> float:
+        t = super().step_s(chunks, decode_batch, decode_context_tokens)
+        if t == 0.0:
+            return 0.0
+        host = self._host_s(len(chunks) + decode_batch)
+        return self.kernel_scale * (t - host) + host
+
+    def decode_run_s(self, batch: int, context_tokens: float, steps: int) -> np.ndarray:
+        ends = super().decode_run_s(batch, context_tokens, steps)
+        host = self._host_s(batch) * np.arange(1, steps + 1)
+        return self.kernel_scale * (ends - host) + host
+
+
 def run_scheduler(cluster: Cluster, workload: Workload, scheduler: dict, *, name: str = "",
                   seed: int = 0, refresh_s: float = 0.05, chars_per_token: float = 4.0,
                   stages: int | None = None, frontend_s: float = 0.0,
@@ -94,14 +125,15 @@ def run_scheduler(cluster: Cluster, workload: Workload, scheduler: dict, *, name
     and waiting queue are sampled for the stage means; ``stages``: run only the first that many
     (tests); ``step_overhead_s`` and ``host_s_per_seq``: the engine's host time per step and per
     request in a step (:class:`kvlab.validate.silicon.HostTerm`), zero unless given;
-    ``kernel_scale``: the pods' kernel times over the database's (1 unless given,
-    :func:`kvlab.fleetbench.calibrate.fit_kernel_scale`)."""
+    ``kernel_scale``: the pods' kernel times over the database's (1 unless given;
+    :class:`ScaledStepCosts`, :func:`kvlab.fleetbench.calibrate.fit_kernel_scale`)."""
     check_number("refresh_s", refresh_s, lo=0, lo_open=True)
     check_number("frontend_s", frontend_s, lo=0)
     check_number("sample_s", sample_s, lo=0, lo_open=True)
-    costs = step_costs(cluster.model, cluster.gpu, cluster.tp, cluster.precision,
-                       step_overhead_s=step_overhead_s, host_s_per_seq=host_s_per_seq,
-                       kernel_scale=kernel_scale)  # fmt: skip
+    check_number("kernel_scale", kernel_scale, lo=0.1, hi=10)
+    base = step_costs(cluster.model, cluster.gpu, cluster.tp, cluster.precision,
+                      step_overhead_s=step_overhead_s, host_s_per_seq=host_s_per_seq)  # fmt: skip
+    costs = base if kernel_scale == 1.0 else ScaledStepCosts.of(base, kernel_scale)
     epp: EndpointPicker = parse_picker_config(
         name or "scheduler", scheduler, engine_block_size=cluster.block_size,
         chars_per_token=chars_per_token,
