@@ -44,15 +44,17 @@ ORPHAN_GRACE_S = 30.0
 
 def watch_parent(grace_s: float = ORPHAN_GRACE_S, poll_s: float = 0.5) -> threading.Thread:
     """Start a daemon thread that, once this process's parent has died, waits ``grace_s`` seconds
-    and then sends SIGKILL to this process's group (a server's own session: the server and its
-    engine processes)."""
+    and then sends SIGKILL to this process's group when it leads one (a server's own session: the
+    server and its engine processes), else to this process alone."""
     parent = os.getppid()
 
     def run() -> None:
         while os.getppid() == parent:
             time.sleep(poll_s)
         time.sleep(grace_s)
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+        if os.getpgid(0) == os.getpid():  # the leader of its own group, as server.py starts it
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     t = threading.Thread(target=run, name="kvlab-orphan-watch", daemon=True)
     t.start()
